@@ -1,0 +1,38 @@
+# Two commands matter: `make run` (install everything, run the bundled tasks) and `make test`.
+# Both are quick no-ops for the parts that are already installed.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+APT_PKGS := chromium libturbojpeg0-dev cmake gcc
+SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/_imgcodec/*.h)
+
+.PHONY: run test setup system lint bench clean
+
+run: setup
+	$(VENV)/bin/webgym-engine run
+
+test: setup
+	$(PY) -m pytest -q
+
+setup: system $(STAMP)
+
+# Debian packages: Chromium (Playwright cannot download its own browsers here) and libjpeg-turbo.
+system:
+	@dpkg -s $(APT_PKGS) >/dev/null 2>&1 || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); }
+
+$(STAMP): $(SOURCES)
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	@touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) -m bench.ceiling
+
+clean:
+	rm -rf build $(VENV)
