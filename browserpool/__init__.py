@@ -1,0 +1,1 @@
+"""Browser worker processes (Playwright + Chromium) behind ZeroMQ, and the engine-side pool."""

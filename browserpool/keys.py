@@ -1,0 +1,86 @@
+"""Key definitions for CDP ``Input.dispatchKeyEvent`` (US layout), so typed text produces real
+keydown/keypress/keyup events the way a person's keyboard does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODIFIER_BITS = {"Alt": 1, "Control": 2, "Ctrl": 2, "Meta": 4, "Shift": 8}
+
+_NAMED: dict[str, tuple[str, int, str | None]] = {
+    # name: (code, windowsVirtualKeyCode, text)
+    "Enter": ("Enter", 13, "\r"),
+    "Tab": ("Tab", 9, None),
+    "Backspace": ("Backspace", 8, None),
+    "Delete": ("Delete", 46, None),
+    "Escape": ("Escape", 27, None),
+    "Space": ("Space", 32, " "),
+    "ArrowUp": ("ArrowUp", 38, None),
+    "ArrowDown": ("ArrowDown", 40, None),
+    "ArrowLeft": ("ArrowLeft", 37, None),
+    "ArrowRight": ("ArrowRight", 39, None),
+    "PageUp": ("PageUp", 33, None),
+    "PageDown": ("PageDown", 34, None),
+    "Home": ("Home", 36, None),
+    "End": ("End", 35, None),
+}
+_ALIASES = {"Return": "Enter", "Esc": "Escape", "Up": "ArrowUp", "Down": "ArrowDown",
+            "Left": "ArrowLeft", "Right": "ArrowRight", " ": "Space"}
+_SHIFTED_PUNCT = '~!@#$%^&*()_+{}|:"<>?'
+_PUNCT_CODES = {
+    "-": ("Minus", 189), "=": ("Equal", 187), "[": ("BracketLeft", 219), "]": ("BracketRight", 221),
+    "\\": ("Backslash", 220), ";": ("Semicolon", 186), "'": ("Quote", 222), ",": ("Comma", 188),
+    ".": ("Period", 190), "/": ("Slash", 191), "`": ("Backquote", 192),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KeyDef:
+    key: str
+    code: str
+    vk: int
+    text: str | None
+
+
+def key_for_char(ch: str) -> KeyDef | None:
+    """The key that types ``ch`` on a US keyboard, or None (then the text is inserted directly)."""
+    if ch == " ":
+        return KeyDef(" ", "Space", 32, " ")
+    if ch == "\n":
+        return KeyDef("Enter", "Enter", 13, "\r")
+    if ch.isascii() and ch.isalpha():
+        return KeyDef(ch, f"Key{ch.upper()}", ord(ch.upper()), ch)
+    if ch.isascii() and ch.isdigit():
+        return KeyDef(ch, f"Digit{ch}", ord(ch), ch)
+    if ch in _PUNCT_CODES:
+        code, vk = _PUNCT_CODES[ch]
+        return KeyDef(ch, code, vk, ch)
+    if ch in _SHIFTED_PUNCT:
+        return KeyDef(ch, "", 0, ch)
+    return None
+
+
+def key_for_name(name: str) -> KeyDef:
+    """A named key ("Enter", "ArrowDown") or a single character; ValueError for unknown names."""
+    name = _ALIASES.get(name, name)
+    if name in _NAMED:
+        code, vk, text = _NAMED[name]
+        return KeyDef(" " if name == "Space" else name, code, vk, text)
+    if len(name) == 1 and (kd := key_for_char(name)):
+        return kd
+    if name in {f"F{i}" for i in range(1, 13)}:
+        return KeyDef(name, name, 111 + int(name[1:]), None)
+    raise ValueError(f"unknown key {name!r}")
+
+
+def parse_combo(combo: str) -> tuple[int, KeyDef]:
+    """Parse "Control+A" / "Shift+Tab" into (modifier bits, key)."""
+    parts = [p for p in combo.split("+") if p] if combo != "+" else ["+"]
+    if not parts:
+        raise ValueError("empty key combination")
+    mods = 0
+    for p in parts[:-1]:
+        if p not in MODIFIER_BITS:
+            raise ValueError(f"unknown modifier {p!r} in {combo!r}")
+        mods |= MODIFIER_BITS[p]
+    return mods, key_for_name(parts[-1])

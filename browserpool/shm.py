@@ -1,0 +1,109 @@
+"""A fixed ring of shared-memory slots per worker, for JPEG screenshots.
+
+The worker owns the segment (creates and unlinks it) and writes each screenshot into a free slot;
+the engine maps the same segment and reads frames in place, then hands the slot back. A generation
+number per slot makes a stale or double release harmless. Segments are created once per worker, never
+per frame (creating and unlinking costs ~36 us; a 150 KB write+read ~9 us).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections import deque
+from multiprocessing import resource_tracker, shared_memory
+
+from browserpool.protocol import FrameRef
+
+
+class SlotRing:
+    """Worker side: owns the segment, allocates slots and writes frames into them."""
+
+    def __init__(self, slot_count: int, slot_size: int, name: str | None = None) -> None:
+        if slot_count <= 0 or slot_size <= 0:
+            raise ValueError("slot_count and slot_size must be positive")
+        self.slot_count = slot_count
+        self.slot_size = slot_size
+        name = name or f"wg-{os.getpid()}-{secrets.token_hex(4)}"
+        self._shm = shared_memory.SharedMemory(name=name, create=True, size=slot_count * slot_size)
+        self._free: deque[int] = deque(range(slot_count))
+        self._generation = [0] * slot_count
+        self._in_use = [False] * slot_count
+
+    @property
+    def name(self) -> str:
+        return self._shm.name
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    def write(self, data: bytes | memoryview) -> FrameRef | None:
+        """Copy ``data`` into a free slot; None when it does not fit or no slot is free."""
+        n = len(data)
+        if n > self.slot_size or not self._free:
+            return None
+        slot = self._free.popleft()
+        self._in_use[slot] = True
+        self._generation[slot] += 1
+        start = slot * self.slot_size
+        self._shm.buf[start:start + n] = data
+        return FrameRef(slot, self._generation[slot], n)
+
+    def release(self, slot: int, generation: int) -> bool:
+        """Return a slot to the free list; False (and no change) for a stale or unknown release."""
+        if not 0 <= slot < self.slot_count or not self._in_use[slot]:
+            return False
+        if self._generation[slot] != generation:
+            return False
+        self._in_use[slot] = False
+        self._free.append(slot)
+        return True
+
+    def close(self) -> None:
+        """Unmap and unlink the segment."""
+        try:
+            self._shm.close()
+        finally:
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:
+                pass
+
+
+class SlotReader:
+    """Engine side: maps a worker's ring and gives zero-copy views of its frames."""
+
+    def __init__(self, name: str, slot_size: int) -> None:
+        self._shm = shared_memory.SharedMemory(name=name, create=False)
+        # The worker owns the segment: stop this process's tracker from unlinking it at exit.
+        resource_tracker.unregister(self._shm._name, "shared_memory")  # type: ignore[attr-defined]
+        self.name = name
+        self.slot_size = slot_size
+
+    def view(self, ref: FrameRef) -> memoryview:
+        """A memoryview of the frame's JPEG bytes, valid until the slot is released."""
+        if ref.nbytes > self.slot_size:
+            raise ValueError(f"frame of {ref.nbytes} bytes exceeds slot size {self.slot_size}")
+        start = ref.slot * self.slot_size
+        return self._shm.buf[start:start + ref.nbytes]
+
+    def close(self) -> None:
+        try:
+            self._shm.close()
+        except BufferError:
+            # A view is still exported somewhere; the mapping goes away with the process.
+            pass
+
+
+def unlink_segment(name: str) -> None:
+    """Remove a segment left behind by a worker that died (best effort)."""
+    try:
+        seg = shared_memory.SharedMemory(name=name, create=False)
+    except FileNotFoundError:
+        return
+    seg.close()
+    try:
+        seg.unlink()  # also drops the tracker registration that attaching made
+    except FileNotFoundError:
+        pass
