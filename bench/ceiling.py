@@ -1,0 +1,167 @@
+"""Engine vs bare loop: how close the engine gets to the browser's own ceiling.
+
+In one process run, on the same pages and the same browser flags:
+  * bare loop: N pages spread over K Chromium instances, each looping CDP click + JPEG screenshot,
+    nothing else (no settle, no storage, no policy);
+  * engine: the full engine (workers over ZeroMQ, shared-memory frames, settle detection, frame
+    comparison, trajectory store) with the instant policy.
+Both report steps/s measured over a steady-state window; the ratio engine/bare is the figure of merit.
+A second engine run at higher concurrency reports browser PSS per concurrent rollout.
+
+    python -m bench.ceiling [--concurrency 16 32] [--memory-at 128] [--seconds 20] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from playwright.async_api import async_playwright
+
+from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
+from browserpool.pool import BrowserPool
+from engine.runner import Engine, RunConfig, pool_config
+from engine.sites.server import SiteServer
+from engine.store import RunStore
+from engine.tasks import Task
+from policy.instant import InstantPolicy
+
+# Light but real pages of the bundled sites (the instant policy clicks an inert corner).
+PAGES = ["/shop/", "/shop/product.html?id=p01", "/wiki/", "/travel/", "/forum/", "/shop/search.html?q=mug"]
+CLICK = (640.0, 760.0)  # bottom margin of the viewport: nothing to activate there
+
+
+async def bare_loop(base: str, n: int, browsers: int, seconds: float, quality: int) -> dict[str, Any]:
+    """CDP input + JPEG screenshot in a tight loop on n pages; steps/s over the window."""
+    pw = await async_playwright().start()
+    try:
+        bs = [await pw.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=CHROMIUM_FLAGS)
+              for _ in range(browsers)]
+        sessions = []
+        for i in range(n):
+            ctx = await bs[i % browsers].new_context(viewport={"width": 1280, "height": 768})
+            page = await ctx.new_page()
+            await page.goto(base + PAGES[i % len(PAGES)])
+            sessions.append(await ctx.new_cdp_session(page))
+        count = 0
+        stop = time.monotonic() + seconds + 3.0
+        window: dict[str, float] = {}
+
+        async def loop(s: Any) -> None:
+            nonlocal count
+            x, y = CLICK
+            while time.monotonic() < stop:
+                # Pipelined like the engine's worker: one session handles its commands in order.
+                await asyncio.gather(*(s.send("Input.dispatchMouseEvent", {
+                    "type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
+                    for kind in ("mouseMoved", "mousePressed", "mouseReleased")))
+                shot = await s.send("Page.captureScreenshot", {"format": "jpeg", "quality": quality,
+                                                               "optimizeForSpeed": True})
+                base64.b64decode(shot["data"])
+                count += 1
+
+        async def clock() -> None:
+            await asyncio.sleep(3.0)  # warm-up
+            window["start"], window["c0"] = time.monotonic(), count
+            await asyncio.sleep(seconds)
+            window["end"], window["c1"] = time.monotonic(), count
+
+        await asyncio.gather(clock(), *(loop(s) for s in sessions))
+        for b in bs:
+            await b.close()
+    finally:
+        await pw.stop()
+    rate = (window["c1"] - window["c0"]) / (window["end"] - window["start"])
+    return {"concurrency": n, "steps_per_s": round(rate, 2)}
+
+
+async def engine_run(base: str, n: int, workers: int, seconds: float, quality: int,
+                     steps_per_episode: int = 400) -> dict[str, Any]:
+    """The engine with the instant policy; steps/s over a window once every rollout is running."""
+    tasks = [Task(task_id=f"bench-{i}", task_name="benchmark page", website=base + PAGES[i % len(PAGES)],
+                  max_steps=steps_per_episode) for i in range(n)]
+    cfg = RunConfig(concurrency=n, workers=workers, policy="instant",
+                    worker=WorkerConfig(endpoint="", jpeg_quality=quality))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = RunStore(tmp)
+        pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
+        await pool.start()
+        engine = Engine(cfg, pool, InstantPolicy(*CLICK), store)
+        cpu0 = time.process_time()
+        run = asyncio.ensure_future(engine.run([(t, 0) for t in tasks]))
+        stats = engine.stats
+        # Wait until every rollout has taken a few steps (all pages open), then measure.
+        while stats.steps < 3 * n and not run.done():
+            await asyncio.sleep(0.1)
+        t0, s0, c0 = time.monotonic(), stats.steps, time.process_time()
+        await asyncio.sleep(seconds)
+        t1, s1, c1 = time.monotonic(), stats.steps, time.process_time()
+        peak = stats.peak_browser_pss
+        pss_now = await asyncio.to_thread(pool.browser_pss_bytes)
+        run.cancel()
+        try:
+            await run
+        except asyncio.CancelledError:
+            pass
+        await pool.close()
+        store.close()
+    rate = (s1 - s0) / (t1 - t0)
+    lat = sorted(stats.step_latencies_ms[s0:s1]) or [0.0]
+    return {"concurrency": n, "steps_per_s": round(rate, 2),
+            "engine_cpu_ms_per_step": round((c1 - c0) * 1000 / max(1, s1 - s0), 3),
+            "step_latency_p50_ms": round(lat[len(lat) // 2], 1),
+            "step_latency_p95_ms": round(lat[int(len(lat) * 0.95)], 1),
+            "browser_pss_mib": round(max(peak, pss_now) / 2**20, 1),
+            "pss_per_rollout_mib": round(max(peak, pss_now) / 2**20 / n, 1),
+            "setup_cpu_s": round(c0 - cpu0, 2)}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}, "ceiling": [], "memory": None}
+    with SiteServer() as server:
+        base = server.base_url
+        for n in args.concurrency:
+            bare = await bare_loop(base, n, args.workers, args.seconds, args.quality)
+            eng = await engine_run(base, n, args.workers, args.seconds, args.quality)
+            row = {"concurrency": n, "bare_steps_per_s": bare["steps_per_s"],
+                   "engine_steps_per_s": eng["steps_per_s"],
+                   "ratio": round(eng["steps_per_s"] / bare["steps_per_s"], 3) if bare["steps_per_s"] else None,
+                   "engine": eng}
+            results["ceiling"].append(row)
+            print(f"concurrency {n:4d}: bare {bare['steps_per_s']:6.1f} steps/s   engine "
+                  f"{eng['steps_per_s']:6.1f} steps/s   ratio {row['ratio']:.3f}   "
+                  f"engine CPU {eng['engine_cpu_ms_per_step']:.2f} ms/step   "
+                  f"p50 {eng['step_latency_p50_ms']:.0f} ms", flush=True)
+        if args.memory_at:
+            mem = await engine_run(base, args.memory_at, args.workers, args.seconds, args.quality)
+            results["memory"] = mem
+            print(f"concurrency {args.memory_at:4d}: engine {mem['steps_per_s']:6.1f} steps/s   browser PSS "
+                  f"{mem['browser_pss_mib']:.0f} MiB = {mem['pss_per_rollout_mib']:.1f} MiB per rollout",
+                  flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 32])
+    ap.add_argument("--memory-at", type=int, default=128, help="0 to skip the memory run")
+    ap.add_argument("--workers", type=int, default=max(1, os.cpu_count() or 1))
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--quality", type=int, default=80)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    import uvloop
+    results = uvloop.run(main_async(args))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

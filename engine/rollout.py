@@ -1,0 +1,335 @@
+"""One episode as an explicit state machine, with the original's states and sub-statuses.
+
+States: N not started, W waiting for a browser, R running, F finished, X failed.
+Operations while running: n navigate, s screenshot, a model (policy) call, e execute, r reward.
+
+A rollout advances one phase per :meth:`Rollout.advance` call (open the page; one step; finish), so
+the asynchronous engine can run each rollout freely while the synchronous baseline advances a batch
+in lock-step. Whatever happens, a rollout ends with exactly one record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
+from browserpool.protocol import ERR_REFUSED, Observation
+from engine._imgcodec import ImgCodecError, frame_diff
+from engine.actions import AgentAction
+from engine.rewards import Reward, program_reward
+from engine.stats import RunStats
+from engine.store import FORMAT_VERSION, RunStore, episode_key
+from engine.tasks import Task
+from policy.base import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
+
+CHANGED_FRACTION = 0.002  # share of (1/4-scale) pixels that must differ for "page changed"
+
+
+class State(StrEnum):
+    NOT_STARTED = "N"
+    WAITING = "W"
+    RUNNING = "R"
+    FINISHED = "F"
+    FAILED = "X"
+
+
+class Op(StrEnum):
+    NONE = ""
+    NAVIGATE = "n"
+    SCREENSHOT = "s"
+    MODEL = "a"
+    EXECUTE = "e"
+    REWARD = "r"
+
+
+_ALLOWED = {
+    State.NOT_STARTED: {State.WAITING, State.FAILED},
+    State.WAITING: {State.RUNNING, State.FAILED, State.WAITING},
+    State.RUNNING: {State.RUNNING, State.FINISHED, State.FAILED, State.WAITING},
+    State.FINISHED: set(),
+    State.FAILED: set(),
+}
+
+
+@dataclass
+class EpisodeStatus:
+    """What a monitor shows of one rollout."""
+
+    episode_id: str
+    task_id: str
+    state: State = State.NOT_STARTED
+    op: Op = Op.NONE
+    step: int = 0
+    reward: float | None = None
+
+    @property
+    def cell(self) -> str:
+        """The original monitor's cell text: state, or step digit plus operation letter."""
+        if self.state is State.RUNNING:
+            return f"{self.step % 10}{self.op.value}"
+        return self.state.value
+
+
+@dataclass
+class RolloutSettings:
+    """Per-run settings every rollout shares."""
+
+    split: str = "train"
+    retry_lost: int = 1  # how many times an episode whose worker died starts again
+    mode: str = "async"
+    policy_version: int = 0
+
+
+@dataclass
+class RolloutContext:
+    """The shared services a rollout uses."""
+
+    pool: BrowserPool
+    policy: Policy
+    policy_slots: asyncio.Semaphore  # the policy queue: a cap on in-flight policy calls (FIFO)
+    store: RunStore
+    stats: RunStats
+    settings: RolloutSettings = field(default_factory=RolloutSettings)
+    on_status: Callable[[EpisodeStatus], None] | None = None
+
+
+class _EpisodeError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Rollout:
+    """Drives one episode from start to record."""
+
+    def __init__(self, task: Task, sample: int, ctx: RolloutContext) -> None:
+        self.task = task
+        self.sample = sample
+        self.ctx = ctx
+        self.episode_id = episode_key(task.task_id, sample)
+        self.status = EpisodeStatus(self.episode_id, task.task_id)
+        ctx.stats.move(None, self.status.state.value)
+        self.record: dict[str, Any] | None = None
+        self.attempts = 0
+        self.previous_errors: list[dict[str, str]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.session: BrowserSession | None = None
+        self.steps: list[dict[str, Any]] = []
+        self.history: list[StepView] = []
+        self.current: StepView | None = None
+        self.current_frame_path: str | None = None
+        self.answer: str | None = None
+        self.over = False
+        self.started_at = time.time()
+        self.t0 = time.monotonic()
+        self.timings: dict[str, float] = {}
+
+    # --- state ------------------------------------------------------------------------------------
+    def _set(self, state: State, op: Op = Op.NONE) -> None:
+        old = self.status.state
+        if state is not old and state not in _ALLOWED[old]:
+            raise RuntimeError(f"illegal rollout transition {old.name} -> {state.name}")
+        self.status.state, self.status.op = state, op
+        if state is not old:
+            self.ctx.stats.move(old.value, state.value)
+        if self.ctx.on_status:
+            self.ctx.on_status(self.status)
+
+    @property
+    def finished(self) -> bool:
+        return self.record is not None
+
+    # --- driving ------------------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        """Run the whole episode (asynchronous mode)."""
+        while not await self.advance():
+            pass
+        assert self.record is not None
+        return self.record
+
+    async def advance(self) -> bool:
+        """Do the next phase; True once the record is written. Never raises for episode failures."""
+        if self.record is not None:
+            return True
+        try:
+            if self.session is None:
+                await self._begin()
+            elif not self.over:
+                await self._step()
+            else:
+                await self._finish()
+        except (WorkerLost, BrowserOpError, PolicyError, _EpisodeError) as exc:
+            await self._on_error(exc)
+        except asyncio.CancelledError:
+            await self._fail("cancelled", "the run stopped before this episode finished")
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug must not lose the episode
+            await self._fail("internal", f"{type(exc).__name__}: {exc}")
+        return self.record is not None
+
+    async def _begin(self) -> None:
+        self.attempts += 1
+        self._set(State.WAITING)
+        t = time.monotonic()
+        self.session = await self.ctx.pool.lease(self.episode_id)
+        self.timings["wait_browser_ms"] = round((time.monotonic() - t) * 1000, 1)
+        self._set(State.RUNNING, Op.NAVIGATE)
+        t = time.monotonic()
+        obs, frame = await self.session.open(self.task.website)
+        self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
+        self._set(State.RUNNING, Op.SCREENSHOT)
+        self._take_observation(obs, frame)
+
+    async def _step(self) -> None:
+        assert self.session is not None and self.current is not None
+        index = len(self.steps)
+        cap = self.task.step_cap(self.ctx.settings.split)
+        self.status.step = index
+        t_step = time.monotonic()
+        self._set(State.RUNNING, Op.MODEL)
+        reply = await self._ask_policy(index)
+        t_policy = time.monotonic()
+        action = reply.action
+        step: dict[str, Any] = {
+            "step": index, "url": self.current.url, "title": self.current.title,
+            "screenshot": self.current_frame_path, "settled": self.current.settled,
+            "action": action.to_dict(), "action_text": action.describe(), "reply": reply.text,
+            "thought": reply.thought, "parse_error": reply.parse_error,
+            "policy_version": reply.policy_version,
+        }
+        if reply.token_ids is not None:
+            step["token_ids"], step["logprobs"] = reply.token_ids, reply.logprobs
+        timings = {"policy_ms": round((t_policy - t_step) * 1000, 2)}
+        self.current.action = action
+        if action.ends_episode:
+            self.answer = action.text or ""
+            self.over = True
+        else:
+            self._set(State.RUNNING, Op.EXECUTE)
+            try:
+                obs, frame = await self.session.act(action.to_browser())
+            except BrowserOpError as exc:
+                if exc.kind != ERR_REFUSED:
+                    raise
+                step["error"] = f"refused: {exc}"  # the page is unchanged; the agent may try again
+                self.current.page_changed = False
+            else:
+                timings.update(obs.timings_ms)
+                step["point"] = list(obs.point) if obs.point else None
+                step["note"] = obs.note
+                self._set(State.RUNNING, Op.SCREENSHOT)
+                changed = self._take_observation(obs, frame)
+                step["page_changed"] = changed
+                step["result"] = {"url": obs.url, "title": obs.title, "settle": obs.settle,
+                                  "screenshot": self.current_frame_path}
+        timings["step_ms"] = round((time.monotonic() - t_step) * 1000, 2)
+        step["timings_ms"] = timings
+        self.steps.append(step)
+        self.ctx.stats.record_step(timings["step_ms"])
+        if not self.over and len(self.steps) >= cap:
+            self.over = True
+
+    async def _ask_policy(self, index: int) -> PolicyReply:
+        assert self.current is not None
+        request = PolicyRequest(self.episode_id, self.task, index, self.current, list(self.history),
+                                self.session if self.ctx.policy.wants_page_probe else None,
+                                self.ctx.settings.policy_version)
+        async with self.ctx.policy_slots:
+            return await self.ctx.policy.act(request)
+
+    def _take_observation(self, obs: Observation, frame: Frame) -> bool | None:
+        """Store the screenshot as received, compare it with the previous one, free the slot."""
+        with frame:
+            if not frame.view:
+                raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
+            index = len(self.steps) + (1 if self.steps or self.current else 0)
+            path = self.ctx.store.write_frame(self.episode_id, index, frame.view)
+            jpeg = bytes(frame.view)
+        changed = None
+        if self.current is not None and isinstance(self.current.jpeg, bytes):
+            try:
+                fraction, _ = frame_diff(self.current.jpeg, jpeg)
+                changed = fraction >= CHANGED_FRACTION
+            except ImgCodecError:
+                changed = None
+            self.current.page_changed = changed
+            self.history.append(self.current)
+        self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled)
+        self.current_frame_path = path
+        return changed
+
+    async def _finish(self) -> None:
+        assert self.session is not None and self.current is not None
+        self._set(State.RUNNING, Op.REWARD)
+        reward = await self._reward()
+        status = "success" if reward.value == 1.0 else "failure"
+        self.status.reward = reward.value
+        self._write(status, reward=reward)
+        self._set(State.FINISHED)
+        await self._release_browser()
+
+    async def _reward(self) -> Reward:
+        assert self.session is not None and self.current is not None
+        if not self.task.has_checks:
+            return Reward(None, "none", "no programmatic checks for this task (a judge is needed)")
+        return await program_reward(self.task, self.current.url, self.answer, self.session.evaluate)
+
+    async def _on_error(self, exc: Exception) -> None:
+        kind = "worker_lost" if isinstance(exc, WorkerLost) else getattr(exc, "kind", "policy")
+        if isinstance(exc, BrowserOpError):
+            kind = f"browser_{exc.kind}"
+        if isinstance(exc, WorkerLost) and self.attempts <= self.ctx.settings.retry_lost:
+            self.previous_errors.append({"kind": kind, "message": str(exc)})
+            await self._release_browser()
+            await self.ctx.policy.end_episode(self.episode_id)
+            self._reset()
+            self._set(State.WAITING)
+            return
+        await self._fail(kind, str(exc))
+
+    async def _fail(self, kind: str, message: str) -> None:
+        if self.record is None:
+            self._write("error", error={"kind": kind, "message": message})
+            self._set(State.FAILED)
+        await self._release_browser()
+
+    async def _release_browser(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            self.over = True
+            await session.close()
+        if self.record is not None:
+            await self.ctx.policy.end_episode(self.episode_id)
+
+    def _write(self, status: str, reward: Reward | None = None, error: dict[str, str] | None = None) -> None:
+        cur = self.current
+        self.record = {
+            "format_version": FORMAT_VERSION,
+            "episode_id": self.episode_id,
+            "sample": self.sample,
+            "task": self.task.to_dict(),
+            "policy": self.ctx.policy.name,
+            "mode": self.ctx.settings.mode,
+            "worker": self.session.worker_id if self.session else None,
+            "status": status,
+            "reward": reward.to_dict() if reward else None,
+            "answer": self.answer,
+            "error": error,
+            "attempts": self.attempts,
+            "previous_errors": self.previous_errors,
+            "steps": self.steps,
+            "final": ({"url": cur.url, "title": cur.title, "settled": cur.settled,
+                       "screenshot": self.current_frame_path} if cur else None),
+            "started_at": self.started_at,
+            "duration_s": round(time.monotonic() - self.t0, 3),
+            "timings_ms": self.timings,
+        }
+        self.ctx.store.append(self.record)
+        self.ctx.stats.record_episode(status)

@@ -1,0 +1,129 @@
+"""The run directory: a manifest, one JSONL record per episode, and step screenshots as JPEG files.
+
+Layout::
+
+    RUN_DIR/manifest.json          format version, config, code version, start time
+    RUN_DIR/episodes.jsonl         exactly one record per episode, appended atomically
+    RUN_DIR/frames/<episode>/NNN.jpg   the worker's JPEG bytes, never re-encoded
+
+A record is one ``write`` of one line on a file opened with O_APPEND, so it is either there whole or
+not at all; a torn last line (the process killed inside the write) is cut off when the run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import engine
+
+FORMAT_VERSION = 1
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def episode_key(task_id: str, sample: int) -> str:
+    """The identity of an episode within a run: a task and its sample number."""
+    return f"{task_id}#{sample}"
+
+
+def code_version() -> str:
+    """The package version plus the git commit when run from a checkout."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        if rev.returncode == 0:
+            return f"{engine.__version__}+g{rev.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return engine.__version__
+
+
+class RunStore:
+    """Writes (and, for resume, reads) one run directory."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.dir = Path(run_dir)
+        self.frames_dir = self.dir / "frames"
+        self.episodes_path = self.dir / "episodes.jsonl"
+        self.frames_dir.mkdir(parents=True, exist_ok=True)
+        self._repair_tail()
+        self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write_manifest(self, config: dict[str, Any]) -> None:
+        """Write manifest.json atomically (temp file + rename); keeps the first start time on resume."""
+        path = self.dir / "manifest.json"
+        started = time.time()
+        if path.exists():
+            try:
+                started = json.loads(path.read_text()).get("started_at", started)
+            except (OSError, ValueError):
+                pass
+        manifest = {"format_version": FORMAT_VERSION, "code_version": code_version(),
+                    "started_at": started, "updated_at": time.time(), "config": config}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, default=str))
+        os.replace(tmp, path)
+
+    def frame_path(self, episode_id: str, index: int) -> Path:
+        return self.frames_dir / _SAFE.sub("_", episode_id) / f"{index:03d}.jpg"
+
+    def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
+        """Store one screenshot as given; returns its path relative to the run directory."""
+        path = self.frame_path(episode_id, index)
+        if index == 0:
+            path.parent.mkdir(exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(jpeg)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return str(path.relative_to(self.dir))
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one episode record as a single line in a single write."""
+        data = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+        written = os.write(self._fd, data)
+        if written != len(data):  # a full disk: never leave half a line behind
+            os.ftruncate(self._fd, os.lseek(self._fd, 0, os.SEEK_END) - written)
+            raise OSError(f"short write of an episode record to {self.episodes_path}")
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def _repair_tail(self) -> None:
+        """Cut a torn last line left by a killed process."""
+        if not self.episodes_path.exists():
+            return
+        with open(self.episodes_path, "rb+") as f:
+            data = f.read()
+            if not data or data.endswith(b"\n"):
+                return
+            cut = data.rfind(b"\n") + 1
+            f.truncate(cut)
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """All complete records of a run (a torn last line is ignored)."""
+    path = Path(run_dir) / "episodes.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_bytes().split(b"\n"):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def finished_keys(run_dir: str | Path) -> set[str]:
+    """Episodes that already have a record (what ``--resume`` skips)."""
+    return {episode_key(r["task"]["task_id"], r.get("sample", 0)) for r in read_records(run_dir)}

@@ -1,0 +1,1 @@
+"""Policy backends behind one small async interface (see ``base.py``)."""
