@@ -88,7 +88,7 @@ class _Line:
         self.path, self.lineno, self.rec = path, lineno, rec
 
     def fail(self, fld: str, problem: str) -> TaskFileError:
-        return TaskFileError(f"{self.path}:{self.lineno}: field '{fld}': {problem}")
+        return TaskFileError(f"{self.path}, line {self.lineno}: field '{fld}': {problem}")
 
     def str_field(self, name: str, required: bool = False, default: str = "") -> str:
         v = self.rec.get(name)
@@ -186,7 +186,7 @@ def _solution(line: _Line, raw: Any) -> tuple[dict[str, Any], ...]:
 def parse_task(rec: Any, path: Path, lineno: int, base_url: str | None = None) -> Task:
     """Validate one decoded JSON record and build a Task."""
     if not isinstance(rec, dict):
-        raise TaskFileError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        raise TaskFileError(f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}")
     line = _Line(path, lineno, _subst(rec, base_url))
     groups = _rubric(line, line.rec.get("evaluator_reference"))
     n_facts = sum(len(g.facts) for g in groups)
@@ -236,10 +236,10 @@ def load_tasks(path: str | Path, base_url: str | None = None) -> list[Task]:
         try:
             rec = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise TaskFileError(f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+            raise TaskFileError(f"{path}, line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
         task = parse_task(rec, path, lineno, base_url)
         if task.task_id in seen:
-            raise TaskFileError(f"{path}:{lineno}: field 'task_id': duplicate {task.task_id!r} "
+            raise TaskFileError(f"{path}, line {lineno}: field 'task_id': duplicate {task.task_id!r} "
                                 f"(first on line {seen[task.task_id]})")
         seen[task.task_id] = lineno
         tasks.append(task)

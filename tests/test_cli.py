@@ -1,0 +1,47 @@
+"""The command line as a user runs it (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.stats import SUMMARY_KEYS
+from tests.test_engine import subset
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_malformed_task_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "a", "task_name": "x", "website": "example.com"}\n'
+                   '{"task_id": "b", "task_name": "y", "website": "example.com", "difficulty": "many"}\n')
+    res = cli("run", "--tasks", str(bad), "--output", str(tmp_path / "runs"), cwd=tmp_path)
+    assert res.returncode != 0
+    assert f"{bad}, line 2: field 'difficulty'" in res.stderr
+    assert not (tmp_path / "runs").exists()  # no run directory, no browser
+
+
+def test_run_writes_summary_json_with_the_documented_keys(tmp_path: Path) -> None:
+    tasks = subset(tmp_path, per_site=1, max_len=4)
+    summary = tmp_path / "summary.json"
+    res = cli("run", "--tasks", str(tasks), "--workers", "1", "--concurrency", "4", "--output",
+              str(tmp_path / "runs"), "--summary-json", str(summary), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(summary.read_text())
+    assert set(SUMMARY_KEYS) <= set(data)
+    n = len(tasks.read_text().splitlines())
+    assert data["episodes"] == data["succeeded"] == n and data["lost"] == 0 and data["errors"] == 0
+    assert data["steps"] > 0 and data["steps_per_s"] > 0 and data["peak_browser_pss_mib"] > 50
+    assert "run summary" in res.stderr and "steps/s" in res.stderr  # the table
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == n
+
+
+def test_resume_needs_a_run_directory(tmp_path: Path) -> None:
+    res = cli("run", "--resume", str(tmp_path), cwd=tmp_path)
+    assert res.returncode != 0 and "not a run directory" in res.stderr

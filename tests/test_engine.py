@@ -1,0 +1,135 @@
+"""The engine end to end on the bundled sites: real site server, real workers, real Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from browserpool.config import WorkerConfig
+from engine._imgcodec import jpeg_size
+from engine.runner import RunConfig, run
+from engine.sites.server import SiteServer
+from engine.store import read_records
+from engine.tasks import BUNDLED_TASKS
+from policy.registry import make_policy
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[str]:
+    with SiteServer() as server:
+        yield server.base_url
+
+
+def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:
+    """The shortest few bundled tasks of each site, as a task file."""
+    by_site: dict[str, list[dict]] = {}
+    for line in BUNDLED_TASKS.read_text().splitlines():
+        rec = json.loads(line)
+        site = rec["website"].split("/")[1]
+        if len(rec["reference_solution"]) <= max_len:
+            by_site.setdefault(site, []).append(rec)
+    chosen = [r for recs in by_site.values() for r in recs[:per_site]]
+    path = tmp_path / "subset.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in chosen) + "\n")
+    return path
+
+
+def config(tmp_path: Path, tasks: Path, **kw: object) -> RunConfig:
+    kw.setdefault("concurrency", 4)
+    kw.setdefault("workers", 1)
+    return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), **kw)  # type: ignore[arg-type]
+
+
+async def test_scripted_run_solves_tasks_and_records_everything(tmp_path: Path, sites: str) -> None:
+    tasks = subset(tmp_path)
+    n = len(tasks.read_text().splitlines())
+    stats, run_dir = await run(config(tmp_path, tasks), make_policy("scripted"), sites)
+    records = read_records(run_dir)
+    assert len(records) == n and stats.summary()["lost"] == 0
+    assert {r["status"] for r in records} == {"success"}, [r["reward"] for r in records if r["status"] != "success"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["format_version"] == 1 and manifest["config"]["policy"] == "scripted"
+    for r in records:
+        assert r["reward"]["value"] == 1.0 and all(f["passed"] for f in r["reward"]["facts"])
+        assert r["steps"] and r["steps"][-1]["action"]["name"] == "answer"
+        for step in r["steps"]:
+            shot = (run_dir / step["screenshot"]).read_bytes()
+            assert shot[:2] == b"\xff\xd8" and jpeg_size(shot) == (1280, 768)
+            assert step["url"].startswith(sites) and "policy_ms" in step["timings_ms"]
+            if step["action"]["name"] != "answer":
+                assert step["result"]["settle"] in ("quiet", "busy")
+                assert {"action_ms", "settle_ms", "screenshot_ms"} <= set(step["timings_ms"])
+                assert isinstance(step["page_changed"], bool)
+        assert (run_dir / r["final"]["screenshot"]).exists()
+
+
+async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str) -> None:
+    tasks = subset(tmp_path, per_site=1)
+    n = len(tasks.read_text().splitlines())
+    _, run_dir = await run(config(tmp_path, tasks, mode="sync"), make_policy("scripted"), sites)
+    records = read_records(run_dir)
+    assert len(records) == n and all(r["mode"] == "sync" for r in records)
+    assert sum(r["status"] == "success" for r in records) == n
+
+
+async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, sites: str) -> None:
+    tasks = subset(tmp_path, per_site=3, max_len=30)
+    stats, run_dir = await run(config(tmp_path, tasks, concurrency=8, episodes=16, seed=3),
+                               make_policy("random", seed=3), sites)
+    records = read_records(run_dir)
+    assert len(records) == 16 and len({r["episode_id"] for r in records}) == 16
+    assert not [r["error"] for r in records if r["status"] == "error"]
+    assert stats.steps == sum(len(r["steps"]) for r in records)
+
+
+async def test_resume_skips_episodes_that_have_a_record(tmp_path: Path, sites: str) -> None:
+    tasks = subset(tmp_path, per_site=1)
+    n = len(tasks.read_text().splitlines())
+    _, run_dir = await run(config(tmp_path, tasks, episodes=2), make_policy("scripted"), sites)
+    first = read_records(run_dir)
+    assert len(first) == 2
+    with open(run_dir / "episodes.jsonl", "ab") as f:
+        f.write(b'{"episode_id": "torn')  # as if the process had been killed mid-write
+    stats, _ = await run(config(tmp_path, tasks, run_dir=str(run_dir)), make_policy("scripted"), sites)
+    records = read_records(run_dir)
+    assert stats.total == n - 2
+    assert sorted(r["episode_id"] for r in records) == sorted({r["episode_id"] for r in records})
+    assert len(records) == n and records[:2] == first
+
+
+async def test_refused_navigation_is_recorded_and_the_episode_continues(tmp_path: Path, sites: str) -> None:
+    rec = {"task_id": "escape", "task_name": "read a local file", "website": "{SITES}/wiki/", "difficulty": 1,
+           "evaluator_reference": [{"id": 1, "description": "d", "facts": ["on the wiki"],
+                                    "checks": [{"kind": "url", "contains": "/wiki/"}]}],
+           "reference_solution": [{"action": "navigate", "url": "file:///etc/passwd"},
+                                  {"action": "navigate", "url": "chrome://version"},
+                                  {"action": "answer", "text": "no"}]}
+    tasks = tmp_path / "escape.jsonl"
+    tasks.write_text(json.dumps(rec) + "\n")
+    _, run_dir = await run(config(tmp_path, tasks, concurrency=1), make_policy("scripted"), sites)
+    [r] = read_records(run_dir)
+    assert r["status"] == "success" and r["final"]["url"].startswith(sites)
+    assert [s.get("error", "")[:7] for s in r["steps"][:2]] == ["refused", "refused"]
+
+
+async def test_hanging_page_ends_at_its_deadline(tmp_path: Path, sites: str) -> None:
+    rec = {"task_id": "hang", "task_name": "wait forever", "website": "{SITES}/wiki/", "difficulty": 1,
+           "evaluator_reference": [{"id": 1, "description": "d", "facts": ["f"],
+                                    "checks": [{"kind": "answer", "contains": "x"}]}],
+           "reference_solution": [{"action": "navigate", "url": "{SITES}/_test/hang"},
+                                  {"action": "answer", "text": "x"}]}
+    tasks = tmp_path / "hang.jsonl"
+    tasks.write_text(json.dumps(rec) + "\n")
+    cfg = config(tmp_path, tasks, concurrency=1, worker=WorkerConfig(endpoint="", settle_timeout_s=2.0))
+    _, run_dir = await asyncio.wait_for(run(cfg, make_policy("scripted"), sites), 60)
+    [r] = read_records(run_dir)
+    step = r["steps"][0]
+    assert step["result"]["settle"] == "timeout" and not step["result"]["url"].endswith("/_test/hang")
+    assert 2000 <= step["timings_ms"]["action_ms"] + step["timings_ms"].get("settle_ms", 0) < 8000
+    assert r["status"] == "success"  # the episode went on after the timed-out step

@@ -1,0 +1,94 @@
+"""Crashes mid-run: a worker or its Chromium killed with SIGKILL. No task may be lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.runner import Engine, RunConfig, run
+from engine.sites.server import SiteServer
+from engine.store import read_records
+from policy.instant import InstantPolicy
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+PAGES = ["/wiki/", "/shop/", "/forum/", "/travel/"]
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[str]:
+    with SiteServer() as server:
+        yield server.base_url
+
+
+def long_tasks(tmp_path: Path, n: int, steps: int) -> Path:
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({
+        "task_id": f"long-{i}", "task_name": "click around", "website": "{SITES}" + PAGES[i % len(PAGES)],
+        "difficulty": 1, "max_steps": steps,
+        "evaluator_reference": [{"id": 1, "description": "d", "facts": ["still on the site"],
+                                 "checks": [{"kind": "url", "contains": "127.0.0.1"}]}]}) + "\n"
+        for i in range(n)))
+    return path
+
+
+async def run_and_kill(tmp_path: Path, sites: str, target: str, retry_lost: int) -> tuple[list[dict], Engine]:
+    """Run 6 long episodes on 2 workers; SIGKILL one worker (or its browser) once 12 steps are done."""
+    cfg = RunConfig(tasks=str(long_tasks(tmp_path, 6, 25)), output_dir=str(tmp_path / "runs"), concurrency=6,
+                    workers=2, retry_lost=retry_lost)
+    engines: list[Engine] = []
+    killed: list[int] = []
+    replaced: list[bool] = []
+
+    async def killer(engine: Engine) -> None:
+        while engine.stats.steps < 12:
+            await asyncio.sleep(0.05)
+        victim = engine.ctx.pool.workers["w0"]
+        pid = victim.pid if target == "worker" else victim.browser_pid
+        assert pid > 0
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+        await asyncio.sleep(0.5)
+        await engine.ctx.pool.wait_for_workers(2, 60)  # the replacement joins while the run goes on
+        replaced.append(True)
+
+    def on_start(engine: Engine, _run_dir: Path) -> None:
+        engines.append(engine)
+        asyncio.ensure_future(killer(engine))
+
+    stats, run_dir = await asyncio.wait_for(
+        run(cfg, InstantPolicy(640, 760), sites, on_start=on_start), 180)
+    assert killed, "the kill never happened"
+    assert replaced, "no replacement worker joined during the run"
+    assert stats.summary()["lost"] == 0
+    return read_records(run_dir), engines[0]
+
+
+@pytest.mark.parametrize("target", ["worker", "browser"])
+async def test_killed_episodes_end_with_an_error_record(tmp_path: Path, sites: str, target: str) -> None:
+    records, engine = await run_and_kill(tmp_path, sites, target, retry_lost=0)
+    assert len(records) == 6
+    errors = [r for r in records if r["status"] == "error"]
+    assert errors, "the episodes on the killed worker should have failed"
+    for r in errors:
+        assert r["error"]["kind"] == "worker_lost" and "died" in r["error"]["message"]
+        assert r["worker"] == "w0"
+    # Episodes on the other worker finished normally.
+    assert all(r["status"] == "success" and len(r["steps"]) == 25 for r in records if r["worker"] != "w0")
+    assert engine.ctx.pool.restarts == 1
+
+
+async def test_killed_episodes_are_retried_once(tmp_path: Path, sites: str) -> None:
+    records, engine = await run_and_kill(tmp_path, sites, "worker", retry_lost=1)
+    assert len(records) == 6 and {r["status"] for r in records} == {"success"}
+    retried = [r for r in records if r["attempts"] == 2]
+    assert retried and all(r["previous_errors"][0]["kind"] == "worker_lost" for r in retried)
+    assert all(len(r["steps"]) == 25 for r in records)
+    # No shared-memory segment of the dead worker is left behind.
+    dead = [h for h in engine.ctx.pool.workers.values() if not h.alive]
+    assert dead and all(not Path("/dev/shm", h.shm_name or "x").exists() for h in dead)
