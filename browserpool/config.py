@@ -39,6 +39,7 @@ class WorkerConfig:
     quiet_ms: int = 40  # DOM/network quiet period that counts as settled
     idle_cap_ms: int = 2000  # after load, give up waiting for quiet ("busy") after this long
     settle_timeout_s: float = 10.0  # hard cap on one action plus settle, navigation included
+    open_timeout_s: float = 30.0  # hard cap on an episode's first page load
     screenshot_timeout_s: float = 10.0
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0

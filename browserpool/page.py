@@ -54,6 +54,7 @@ class EpisodePage:
         self._stopped = asyncio.Event()
         self._stopped.set()
         self._nav_changed = asyncio.Event()
+        self._loader_id: str | None = None  # loader of the main frame's committed document
         cdp.on("Page.frameStartedLoading", self._on_started)
         cdp.on("Page.frameStoppedLoading", self._on_stopped)
         cdp.on("Page.frameNavigated", self._on_navigated)
@@ -83,21 +84,28 @@ class EpisodePage:
         frame = params.get("frame", {})
         if frame.get("id") == self.main_frame and not frame.get("parentId"):
             self.url = frame.get("url", self.url)
+            self._loader_id = frame.get("loaderId")
             self._nav_changed.set()
 
     # --- operations ----------------------------------------------------------------------------
-    async def perform(self, action: BrowserAction) -> tuple[str, dict[str, float], tuple[float, float] | None]:
-        """Carry out one action and wait until the page settles (hard cap: settle_timeout_s).
+    async def perform(self, action: BrowserAction, cap_s: float | None = None
+                      ) -> tuple[str, dict[str, float], tuple[float, float] | None]:
+        """Carry out one action and wait until the page settles, within ``cap_s`` (default:
+        settle_timeout_s; a ``wait`` action may ask for less).
 
         Returns (settle status, timings, point clicked). Raises ActionRefused for invalid actions.
+        On a timeout the page keeps what it has loaded; only a navigation that never got a response
+        is stopped, so the tab is not left waiting on it.
         """
+        cap = cap_s or self.cfg.settle_timeout_s
+        if action.kind == "wait" and action.seconds:
+            cap = min(cap, action.seconds)
+        deadline = time.monotonic() + cap
         timings: dict[str, float] = {}
-        deadline = time.monotonic() + (action.seconds if action.kind == "wait" and action.seconds
-                                       else self.cfg.settle_timeout_s)
         t0 = time.perf_counter()
         point = None
         try:
-            point = await asyncio.wait_for(self._dispatch(action), self.cfg.settle_timeout_s)
+            point = await asyncio.wait_for(self._dispatch(action), cap)
         except TimeoutError:
             timings["action_ms"] = _ms(t0)
             await self._stop_loading()
@@ -106,8 +114,6 @@ class EpisodePage:
         t1 = time.perf_counter()
         status = await self._settle(deadline)
         timings["settle_ms"] = _ms(t1)
-        if status == "timeout":
-            await self._stop_loading()
         return status, timings, point
 
     async def screenshot(self) -> bytes:
@@ -144,7 +150,12 @@ class EpisodePage:
             await self.evaluate("try { sessionStorage.clear(); } catch (e) {}")
         except TimeoutError:
             pass
-        await self.cdp.send("Page.navigate", {"url": "about:blank"})
+        res = await self.cdp.send("Page.navigate", {"url": "about:blank"})
+        # Page.navigate may answer before the blank page has committed. Until it has, the old document
+        # is alive (its unload handlers may still write storage), resetNavigationHistory fails ("Not
+        # attached to an active page") and the next episode's navigation can collide with this one
+        # and never finish.
+        pass  # MUT
         for origin in self.origins:
             await self.cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
         self.origins.clear()
@@ -165,6 +176,12 @@ class EpisodePage:
     # --- internals -------------------------------------------------------------------------------
     async def _call(self, fn: str, arg: Any) -> Any:
         return await self.evaluate(f"({fn})({json.dumps(arg)})")
+
+    async def _wait_for_document(self, loader_id: str | None) -> None:
+        """Wait until the main frame has committed the navigation ``loader_id`` and stopped loading."""
+        while loader_id and (self._loader_id != loader_id or self._loading):
+            self._nav_changed.clear()
+            await self._nav_changed.wait()
 
     async def _stop_loading(self) -> None:
         try:

@@ -63,7 +63,9 @@ INIT_SCRIPT = r"""
       if (now - start >= idleCapMs) return finish('busy');
       clearTimeout(timer);
       if (document.readyState === 'complete' && pending === 0) {
-        const quietFor = now - lastChange;
+        // Quiet since the check began, too: a reaction the action scheduled on a timer (a first
+        // mutation 10 ms after a click) must not be missed because the DOM was quiet before it.
+        const quietFor = now - Math.max(lastChange, start);
         if (quietFor >= quietMs) return finish('quiet');
         timer = setTimeout(check, Math.min(quietMs - quietFor, idleCapMs - (now - start)) + 1);
       } else {

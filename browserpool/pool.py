@@ -53,6 +53,7 @@ class PoolConfig:
     spawn: bool = True  # False: wait for workers started by hand (--connect)
     max_episodes_per_worker: int = 64
     ops_per_worker: int = 16  # level-2 queue: in-flight browser operations per worker
+    opens_per_worker: int = 4  # page loads are heavy: fewer at once load faster (and startup bursts)
     start_timeout_s: float = 60.0
     heartbeat_timeout_s: float = 15.0
     restart: bool = True
@@ -100,6 +101,7 @@ class WorkerHandle:
     pending_release: list[list[int]] = field(default_factory=list)
     last_seen: float = 0.0
     ops: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    opens: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -118,7 +120,9 @@ class BrowserSession:
 
     async def open(self, url: str) -> tuple[P.Observation, Frame]:
         """Open a page for the episode at ``url``; returns the first observation."""
-        return self._observation(await self.pool.request(self.handle, "open", self.episode_id, {"url": url}))
+        async with self.handle.opens:
+            body = await self.pool.request(self.handle, "open", self.episode_id, {"url": url})
+        return self._observation(body)
 
     async def act(self, action: P.BrowserAction) -> tuple[P.Observation, Frame]:
         """Carry out one action and observe the settled page."""
@@ -283,8 +287,7 @@ class BrowserPool:
     async def _spawn_worker(self) -> WorkerHandle:
         wid = f"w{next(self._worker_ids)}"
         wcfg = replace(self.cfg.worker, endpoint=self.endpoint, worker_id=wid)
-        h = WorkerHandle(wid, ops=asyncio.Semaphore(self.cfg.ops_per_worker))
-        self.workers[wid] = h
+        h = self._new_handle(wid)
         stderr = open(self.cfg.log_path, "ab") if self.cfg.log_path else None  # noqa: SIM115
         try:
             h.proc = await asyncio.create_subprocess_exec(
@@ -294,6 +297,12 @@ class BrowserPool:
             if stderr:
                 stderr.close()
         self._spawn_task(self._supervise(h))
+        return h
+
+    def _new_handle(self, wid: str) -> WorkerHandle:
+        h = WorkerHandle(wid, ops=asyncio.Semaphore(self.cfg.ops_per_worker),
+                         opens=asyncio.Semaphore(self.cfg.opens_per_worker))
+        self.workers[wid] = h
         return h
 
     async def _supervise(self, h: WorkerHandle) -> None:
@@ -362,8 +371,7 @@ class BrowserPool:
         h = self.workers.get(msg.worker_id)
         if h is None or h.alive:  # a worker started by hand (or a clashing id): register it anew
             wid = msg.worker_id if h is None else f"{msg.worker_id}-{next(self._worker_ids)}"
-            h = WorkerHandle(wid, ops=asyncio.Semaphore(self.cfg.ops_per_worker))
-            self.workers[wid] = h
+            h = self._new_handle(wid)
         h.identity, h.pid, h.browser_pid = identity, msg.pid, msg.browser_pid
         h.shm_name, h.last_seen = msg.shm_name, time.monotonic()
         use_shm = False

@@ -38,11 +38,14 @@ class BrowserAction:
     seconds: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {name: v for name in _ACTION_FIELDS if (v := getattr(self, name)) is not None}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> BrowserAction:
         return cls(**d)
+
+
+_ACTION_FIELDS = tuple(f.name for f in fields(BrowserAction))
 
 
 @dataclass(slots=True)

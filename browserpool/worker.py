@@ -204,7 +204,7 @@ class BrowserWorker:
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
-            result = await ep.page.perform(P.BrowserAction("navigate", url=url))
+            result = await ep.page.perform(P.BrowserAction("navigate", url=url), self.cfg.open_timeout_s)
             await ep.page.forget_history()
             return await self._observe(ep, *result)
 

@@ -76,13 +76,12 @@ class AgentAction:
         return f"{n}{at}"
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name != "name" and v is not None and v != f.default:
-                out[f.name] = v
-        return out
+        """Only the fields that differ from their defaults."""
+        return {name: v for name, default in _DEFAULTS if (v := getattr(self, name)) != default}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AgentAction:
         return cls(**d)
+
+
+_DEFAULTS = tuple((f.name, None if f.name == "name" else f.default) for f in fields(AgentAction))
