@@ -57,6 +57,7 @@ class PoolConfig:
     start_timeout_s: float = 60.0
     heartbeat_timeout_s: float = 15.0
     restart: bool = True
+    shared_memory: bool = True  # False: frames travel inline in replies (what remote workers do)
     log_path: str | None = None  # where worker stderr goes (default: inherited)
 
 
@@ -375,7 +376,7 @@ class BrowserPool:
         h.identity, h.pid, h.browser_pid = identity, msg.pid, msg.browser_pid
         h.shm_name, h.last_seen = msg.shm_name, time.monotonic()
         use_shm = False
-        if msg.shm_name:
+        if msg.shm_name and self.cfg.shared_memory:
             try:
                 h.reader = SlotReader(msg.shm_name, msg.slot_size)
                 use_shm = True
