@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import tempfile
@@ -106,10 +107,8 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         peak = stats.peak_browser_pss
         pss_now = await asyncio.to_thread(pool.browser_pss_bytes)
         run.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await run
-        except asyncio.CancelledError:
-            pass
         await pool.close()
         store.close()
     rate = (s1 - s0) / (t1 - t0)

@@ -61,12 +61,12 @@ def _page_expr(check: dict[str, Any]) -> str:
 async def program_reward(task: Task, final_url: str, answer: str | None,
                          evaluate: Callable[[list[str]], Awaitable[list[Any]]]) -> Reward:
     """Check every fact of ``task``; ``evaluate`` runs JS expressions in the episode's final page."""
-    items = [(g, fact, check) for g in task.evaluator_reference for fact, check in zip(g.facts, g.checks)]
+    items = [(g, fact, check) for g in task.evaluator_reference for fact, check in zip(g.facts, g.checks, strict=False)]
     if not items:
         return Reward(None, "none", "the task has no programmatic checks")
     page_checks = [i for i, (_, _, c) in enumerate(items) if c["kind"] in ("text", "js")]
     page_values = await evaluate([_page_expr(items[i][2]) for i in page_checks]) if page_checks else []
-    by_index = dict(zip(page_checks, page_values))
+    by_index = dict(zip(page_checks, page_values, strict=False))
     verdicts = []
     for i, (group, fact, check) in enumerate(items):
         kind = check["kind"]

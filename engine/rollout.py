@@ -20,7 +20,6 @@ from typing import Any
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
 from engine._imgcodec import ImgCodecError, frame_diff
-from engine.actions import AgentAction
 from engine.rewards import Reward, program_reward
 from engine.stats import RunStats
 from engine.store import FORMAT_VERSION, RunStore, episode_key

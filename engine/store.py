@@ -12,6 +12,7 @@ not at all; a torn last line (the process killed inside the write) is cut off wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -59,10 +60,8 @@ class RunStore:
         path = self.dir / "manifest.json"
         started = time.time()
         if path.exists():
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 started = json.loads(path.read_text()).get("started_at", started)
-            except (OSError, ValueError):
-                pass
         manifest = {"format_version": FORMAT_VERSION, "code_version": code_version(),
                     "started_at": started, "updated_at": time.time(), "config": config}
         tmp = path.with_suffix(".tmp")
