@@ -155,7 +155,7 @@ class EpisodePage:
         # is alive (its unload handlers may still write storage), resetNavigationHistory fails ("Not
         # attached to an active page") and the next episode's navigation can collide with this one
         # and never finish.
-        pass  # MUT
+        await self._wait_for_document(res.get("loaderId"))
         for origin in self.origins:
             await self.cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
         self.origins.clear()
