@@ -1,0 +1,98 @@
+"""Shared fixtures: the fixture-page web server, a browser pool, uvloop, and a helper that opens a
+session on a page and closes it afterwards.
+
+Every async test and async fixture runs on one session-wide event loop (see ``pyproject.toml``),
+which is a uvloop loop, as in the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import uvloop
+
+from browserpool.pool import BrowserPool, BrowserSession, Frame, PoolConfig
+from browserpool.protocol import Observation
+from engine.sites.server import SiteServer
+
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
+
+_episode_ids = itertools.count(1)
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
+    """Run async tests and fixtures on uvloop (pytest-asyncio >= 1.x; replaces the deprecated
+    ``event_loop_policy`` fixture override). One factory, so test ids stay unchanged."""
+    return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def site_server() -> Iterator[str]:
+    """Base URL (``http://127.0.0.1:PORT``) of a SiteServer that serves tests/fixtures under /fixtures."""
+    with SiteServer(mounts={"/fixtures": FIXTURES_DIR}) as server:
+        yield server.base_url
+
+
+@pytest.fixture(scope="session")
+def fixture_url(site_server: str) -> Callable[[str], str]:
+    """``fixture_url("click.html")`` -> the page's full URL on the site server."""
+    def url(name: str) -> str:
+        return f"{site_server}/fixtures/{name}"
+    return url
+
+
+def _require_chromium(cfg: PoolConfig) -> None:
+    if not Path(cfg.worker.chromium_path).exists():
+        pytest.fail(f"Chromium not found at {cfg.worker.chromium_path} (make test installs it)")
+
+
+@contextlib.asynccontextmanager
+async def started_pool(cfg: PoolConfig) -> AsyncIterator[BrowserPool]:
+    """A started BrowserPool, closed on exit (fails the test when Chromium is missing)."""
+    _require_chromium(cfg)
+    pool = BrowserPool(cfg)
+    await pool.start()
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def pool() -> AsyncIterator[BrowserPool]:
+    """One browser worker with default settings, shared by the whole test session."""
+    async with started_pool(PoolConfig(workers=1)) as p:
+        yield p
+
+
+@contextlib.asynccontextmanager
+async def open_session(pool: BrowserPool, url: str
+                       ) -> AsyncIterator[tuple[BrowserSession, Observation, Frame]]:
+    """Lease a session on ``pool``, open ``url`` and yield (session, first observation, its frame);
+    the frame is released and the session closed on exit."""
+    session = await pool.lease(f"test-ep-{next(_episode_ids)}")
+    try:
+        obs, frame = await session.open(url)
+        with frame:
+            yield session, obs, frame
+    finally:
+        await session.close()
+
+
+@pytest.fixture
+def open_page(pool: BrowserPool, fixture_url: Callable[[str], str]) -> Callable[..., Any]:
+    """``async with open_page("click.html") as (session, obs, frame): ...``.
+
+    The argument is a fixture file name or a full URL; ``pool=`` picks another pool than the shared one.
+    """
+    def opener(page: str, *, pool: BrowserPool = pool) -> contextlib.AbstractAsyncContextManager[
+            tuple[BrowserSession, Observation, Frame]]:
+        url = page if "://" in page or page.startswith("about:") else fixture_url(page)
+        return open_session(pool, url)
+    return opener

@@ -1,0 +1,283 @@
+"""Every browser action kind, through the real pool and a real Chromium, one fixture page per behaviour.
+
+Each test asserts on the page state (``session.evaluate``) and on the Observation the step returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+import uvloop
+
+from browserpool.pool import BrowserOpError, BrowserSession
+from browserpool.protocol import BrowserAction, FrameRef, Observation
+from engine._imgcodec import decode
+
+W, H = 1280, 768
+
+
+async def act(session: BrowserSession, action: BrowserAction) -> tuple[Observation, bytes]:
+    """One step; returns the observation and a copy of its JPEG (the frame's slot is released)."""
+    obs, frame = await session.act(action)
+    with frame:
+        return obs, bytes(frame.view)
+
+
+def check_frame(obs: Observation, jpeg: bytes) -> np.ndarray:
+    """The frame is a viewport-sized JPEG; returns its pixels."""
+    assert jpeg[:2] == b"\xff\xd8"
+    assert (obs.width, obs.height) == (W, H)
+    img = decode(jpeg)
+    assert img.shape == (H, W, 3)
+    return img
+
+
+def check_quiet(obs: Observation, url_end: str, title: str) -> None:
+    assert obs.url.endswith(url_end), obs.url
+    assert obs.title == title
+    assert obs.settle == "quiet"
+    assert obs.settled is True
+
+
+async def js(session: BrowserSession, *exprs: str) -> list:
+    return await session.evaluate(list(exprs))
+
+
+def near(pixel: np.ndarray, rgb: tuple[int, int, int], tol: int = 24) -> bool:
+    return bool(np.all(np.abs(pixel.astype(int) - np.array(rgb)) <= tol))
+
+
+async def test_tests_run_on_uvloop() -> None:
+    assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+
+async def test_open_observation(open_page) -> None:
+    async with open_page("click.html") as (_session, obs, frame):
+        check_quiet(obs, "/fixtures/click.html", "click")
+        assert isinstance(obs.frame, FrameRef)  # same host: the frame came through shared memory
+        assert obs.frame_bytes is None
+        jpeg = bytes(frame.view)
+        assert obs.frame.nbytes == len(jpeg)
+        img = check_frame(obs, jpeg)
+        assert near(img[5, 5], (255, 255, 255))  # a blank page corner
+        assert {"action_ms", "settle_ms", "screenshot_ms"} <= set(obs.timings_ms)
+
+
+async def test_click_at_coordinates_changes_the_dom(open_page) -> None:
+    async with open_page("click.html") as (session, _, _f):
+        obs, jpeg = await act(session, BrowserAction("click", x=200, y=130))
+        check_quiet(obs, "/fixtures/click.html", "click")
+        check_frame(obs, jpeg)
+        assert obs.point == (200.0, 130.0)
+        assert await js(session, "document.getElementById('out').textContent", "window.clicks") == [
+            "clicked 1", [[200, 130]]]
+        # A click beside the button does nothing.
+        await act(session, BrowserAction("click", x=600, y=600))
+        assert await js(session, "window.clicks.length") == [1]
+
+
+async def test_click_by_selector_reports_the_point(open_page) -> None:
+    async with open_page("click.html") as (session, _, _f):
+        obs, _ = await act(session, BrowserAction("click", selector="#btn"))
+        assert obs.point == pytest.approx((200.0, 130.0))  # the button's centre, in CSS px
+        assert await js(session, "window.clicks") == [[[200, 130]]]
+        assert await session.locate("#btn") == {
+            "found": True, "x": 200, "y": 130, "width": 200, "height": 60, "inView": True,
+            "below": False, "viewportHeight": H}
+
+
+async def test_click_on_a_target_outside_the_viewport_is_refused(open_page) -> None:
+    async with open_page("click.html") as (session, _, _f):
+        loc = await session.locate("#far")
+        assert loc["found"] and not loc["inView"] and loc["below"]
+        with pytest.raises(BrowserOpError) as err:
+            await act(session, BrowserAction("click", selector="#far"))
+        assert err.value.kind == "refused"
+        with pytest.raises(BrowserOpError) as err:
+            await act(session, BrowserAction("click", selector="#no-such-element"))
+        assert err.value.kind == "refused"
+        # Nothing was clicked, and the session still works.
+        assert await js(session, "window.clicks.length") == [0]
+        await act(session, BrowserAction("click", selector="#btn"))
+        assert await js(session, "window.clicks.length") == [1]
+
+
+async def test_type_with_clear_and_enter_submits_the_form(open_page) -> None:
+    async with open_page("form.html") as (session, _, _f):
+        obs, jpeg = await act(session, BrowserAction("type", selector="#q", text="hello world"))
+        check_frame(obs, jpeg)
+        check_quiet(obs, "/_test/echo?q=hello+world", "echo")  # "old text" was cleared first
+        assert obs.point is not None
+        assert await js(session, "document.querySelector('#params td').textContent") == ["hello world"]
+
+
+async def test_type_without_clear_or_enter_appends(open_page) -> None:
+    async with open_page("form.html") as (session, _, _f):
+        obs, _ = await act(session, BrowserAction("type", selector="#note", text="d-E!", clear=False,
+                                                  enter=False))
+        check_quiet(obs, "/fixtures/form.html", "form")
+        assert await js(session, "document.getElementById('note').value", "window.keydowns") == ["abcd-E!", 4]
+        # Typing with no target goes to the focused element; clear replaces its text.
+        await act(session, BrowserAction("type", text="xyz", enter=False))
+        assert await js(session, "document.getElementById('note').value") == ["xyz"]
+
+
+async def test_type_into_a_native_select_picks_an_option(open_page) -> None:
+    async with open_page("select.html") as (session, _, _f):
+        obs, _ = await act(session, BrowserAction("type", selector="#fruit", text="Cherry"))
+        check_quiet(obs, "/fixtures/select.html", "select")
+        assert await js(session, "document.getElementById('fruit').value",
+                        "document.getElementById('out').textContent") == ["cherry", "picked cherry"]
+
+
+async def test_hover(open_page) -> None:
+    async with open_page("hover.html") as (session, obs, frame):
+        before = check_frame(obs, bytes(frame.view))
+        assert near(before[200, 250], (220, 220, 220))
+        obs, jpeg = await act(session, BrowserAction("hover", x=250, y=200))
+        check_quiet(obs, "/fixtures/hover.html", "hover")
+        state = await js(session, "getComputedStyle(document.getElementById('box')).backgroundColor",
+                         "document.getElementById('out').textContent",
+                         "document.querySelector('#box:hover') !== null")
+        assert state == ["rgb(0, 160, 0)", "hovered", True]
+        assert near(check_frame(obs, jpeg)[200, 250], (0, 160, 0))  # the screenshot shows the :hover style
+        # Moving away ends the hover.
+        obs, jpeg = await act(session, BrowserAction("hover", x=800, y=600))
+        assert near(check_frame(obs, jpeg)[200, 250], (220, 220, 220))
+
+
+async def test_key_presses(open_page) -> None:
+    async with open_page("keys.html") as (session, _, _f):
+        await act(session, BrowserAction("click", selector="#a"))
+        assert await js(session, "document.activeElement.id") == ["a"]
+        obs, _ = await act(session, BrowserAction("key", keys="Tab"))
+        check_quiet(obs, "/fixtures/keys.html", "keys")
+        assert await js(session, "document.activeElement.id") == ["b"]
+        # Several keys in one action: Tab to the <select>, then ArrowDown picks the next option.
+        await act(session, BrowserAction("key", keys="Tab ArrowDown"))
+        assert await js(session, "document.activeElement.id", "document.getElementById('size').value") == [
+            "size", "medium"]
+        # Control+A selects all the text of a field.
+        await act(session, BrowserAction("click", selector="#a"))
+        await act(session, BrowserAction("key", keys="Control+A"))
+        a = "document.getElementById('a')"
+        assert await js(session, f"{a}.selectionStart", f"{a}.selectionEnd") == [0, len("hello world")]
+        log = (await js(session, "window.keylog"))[0]
+        assert log[:3] == ["Tab", "Tab", "ArrowDown"]
+        assert log[3].lower() == "control+a"
+        # An unknown key is refused.
+        with pytest.raises(BrowserOpError) as err:
+            await act(session, BrowserAction("key", keys="NoSuchKey"))
+        assert err.value.kind == "refused"
+
+
+async def test_scroll_window(open_page) -> None:
+    async with open_page("scroll.html") as (session, _, _f):
+        step = H - 50
+        obs, jpeg = await act(session, BrowserAction("scroll", direction="down"))
+        check_quiet(obs, "/fixtures/scroll.html", "scroll")
+        check_frame(obs, jpeg)
+        assert await js(session, "window.scrollY") == [step]
+        await act(session, BrowserAction("scroll", direction="down"))
+        assert await js(session, "window.scrollY") == [2 * step]
+        await act(session, BrowserAction("scroll", direction="up"))
+        assert await js(session, "window.scrollY") == [step]
+        await act(session, BrowserAction("scroll", direction="up", amount=100))
+        assert await js(session, "window.scrollY") == [step - 100]
+        with pytest.raises(BrowserOpError) as err:
+            await act(session, BrowserAction("scroll", direction="sideways"))
+        assert err.value.kind == "refused"
+
+
+async def test_scroll_inner_element_under_the_point(open_page) -> None:
+    async with open_page("scroll.html") as (session, _, _f):
+        inner = "document.getElementById('inner').scrollTop"
+        await act(session, BrowserAction("scroll", direction="down", x=200, y=150))
+        assert await js(session, inner, "window.scrollY") == [H - 50, 0]
+        await act(session, BrowserAction("scroll", direction="up", x=200, y=150, amount=300))
+        assert await js(session, inner, "window.scrollY") == [H - 50 - 300, 0]
+        # A point outside the scrollable element scrolls the window.
+        await act(session, BrowserAction("scroll", direction="down", x=800, y=400))
+        assert await js(session, inner, "window.scrollY") == [H - 50 - 300, H - 50]
+
+
+async def test_go_back(open_page) -> None:
+    async with open_page("nav_a.html") as (session, _, _f):
+        # At the start of the episode's history there is nothing to go back to.
+        obs, _ = await act(session, BrowserAction("go_back"))
+        check_quiet(obs, "/fixtures/nav_a.html", "page A")
+        obs, _ = await act(session, BrowserAction("click", selector="#to-b"))
+        check_quiet(obs, "/fixtures/nav_b.html", "page B")
+        obs, jpeg = await act(session, BrowserAction("go_back"))
+        check_quiet(obs, "/fixtures/nav_a.html", "page A")
+        check_frame(obs, jpeg)
+        assert await js(session, "location.pathname", "document.querySelector('h1').textContent") == [
+            "/fixtures/nav_a.html", "Page A"]
+
+
+async def test_navigate(open_page, fixture_url) -> None:
+    async with open_page("nav_a.html") as (session, _, _f):
+        obs, jpeg = await act(session, BrowserAction("navigate", url=fixture_url("nav_b.html")))
+        check_quiet(obs, "/fixtures/nav_b.html", "page B")
+        check_frame(obs, jpeg)
+        assert await js(session, "document.getElementById('heading').textContent") == ["Page B"]
+        obs, _ = await act(session, BrowserAction("go_back"))
+        check_quiet(obs, "/fixtures/nav_a.html", "page A")
+
+
+async def test_wait_on_a_quiet_page(open_page) -> None:
+    async with open_page("click.html") as (session, _, _f):
+        t0 = time.monotonic()
+        obs, jpeg = await act(session, BrowserAction("wait", seconds=3))
+        assert time.monotonic() - t0 < 2.5  # a settled page needs no waiting
+        check_quiet(obs, "/fixtures/click.html", "click")
+        check_frame(obs, jpeg)
+        assert obs.point is None
+
+
+@pytest.mark.parametrize("url", [
+    "file:///etc/passwd",
+    "chrome://version",
+    "javascript:document.title='pwned'",
+    "JavaScript:document.title='pwned'",
+    "data:text/html,<title>pwned</title>",
+])
+async def test_navigation_to_a_forbidden_url_is_refused(open_page, url: str) -> None:
+    async with open_page("click.html") as (session, _, _f):
+        with pytest.raises(BrowserOpError) as err:
+            await act(session, BrowserAction("navigate", url=url))
+        assert err.value.kind == "refused"
+        # The page is untouched and the session still usable.
+        assert (await js(session, "location.pathname", "document.title")) == ["/fixtures/click.html", "click"]
+        obs, _ = await act(session, BrowserAction("click", selector="#btn"))
+        check_quiet(obs, "/fixtures/click.html", "click")
+        assert await js(session, "window.clicks.length") == [1]
+
+
+async def test_opening_a_forbidden_url_is_refused(pool, fixture_url) -> None:
+    session = await pool.lease("test-open-refused")
+    try:
+        with pytest.raises(BrowserOpError) as err:
+            await session.open("file:///etc/passwd")
+        assert err.value.kind == "refused"
+        obs, frame = await session.open(fixture_url("click.html"))
+        frame.release()
+        check_quiet(obs, "/fixtures/click.html", "click")
+    finally:
+        await session.close()
+
+
+async def test_target_blank_opens_in_the_same_tab(open_page) -> None:
+    async with open_page("blank_target.html") as (session, _, _f):
+        obs, jpeg = await act(session, BrowserAction("click", selector="#link"))
+        check_quiet(obs, "/fixtures/nav_b.html", "page B")
+        check_frame(obs, jpeg)
+        assert await js(session, "document.getElementById('heading').textContent") == ["Page B"]
+        obs, _ = await act(session, BrowserAction("go_back"))
+        check_quiet(obs, "/fixtures/blank_target.html", "new tabs")
+        # window.open(url, '_blank') navigates this tab too.
+        obs, _ = await act(session, BrowserAction("click", selector="#opener"))
+        check_quiet(obs, "/fixtures/nav_a.html", "page A")
