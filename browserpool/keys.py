@@ -83,4 +83,7 @@ def parse_combo(combo: str) -> tuple[int, KeyDef]:
         if p not in MODIFIER_BITS:
             raise ValueError(f"unknown modifier {p!r} in {combo!r}")
         mods |= MODIFIER_BITS[p]
-    return mods, key_for_name(parts[-1])
+    kd = key_for_name(parts[-1])
+    if mods and not mods & MODIFIER_BITS["Shift"] and len(kd.key) == 1 and kd.key.isupper():
+        kd = KeyDef(kd.key.lower(), kd.code, kd.vk, kd.text)  # Control+A sends key "a", as a keyboard does
+    return mods, kd

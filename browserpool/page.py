@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from typing import Any
@@ -98,8 +99,11 @@ class EpisodePage:
         is stopped, so the tab is not left waiting on it.
         """
         cap = cap_s or self.cfg.settle_timeout_s
-        if action.kind == "wait" and action.seconds:
-            cap = min(cap, action.seconds)
+        # ``wait`` asks for the page to stay quiet for its duration (default 1 s): a change that a
+        # timer makes meanwhile is seen, and nothing happening costs exactly the requested time.
+        quiet_ms = self.cfg.quiet_ms
+        if action.kind == "wait":
+            quiet_ms = int(1000 * min(action.seconds or 1.0, cap / 2))
         deadline = time.monotonic() + cap
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -112,7 +116,7 @@ class EpisodePage:
             return "timeout", timings, point
         timings["action_ms"] = _ms(t0)
         t1 = time.perf_counter()
-        status = await self._settle(deadline)
+        status = await self._settle(deadline, quiet_ms)
         timings["settle_ms"] = _ms(t1)
         return status, timings, point
 
@@ -132,10 +136,14 @@ class EpisodePage:
         return await self._call(LOCATE_FN, selector)
 
     async def evaluate(self, expression: str) -> Any:
-        """Evaluate a JS expression in the page; exceptions come back as {'error': message}."""
-        res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
-            "expression": expression, "returnByValue": True, "awaitPromise": True}),
-            self.cfg.settle_timeout_s)
+        """Evaluate a JS expression in the page; exceptions come back as {'error': message}.
+        Raises PageHung when the page does not answer within settle_timeout_s."""
+        try:
+            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
+                "expression": expression, "returnByValue": True, "awaitPromise": True}),
+                self.cfg.settle_timeout_s)
+        except TimeoutError as exc:
+            raise PageHung(f"the page did not answer within {self.cfg.settle_timeout_s:g} s") from exc
         if "exceptionDetails" in res:
             details = res["exceptionDetails"]
             msg = details.get("exception", {}).get("description") or details.get("text", "error")
@@ -146,10 +154,8 @@ class EpisodePage:
         """Make the tab reusable by another episode: leave the page (its scripts stop), forget the
         storage of every origin visited and the navigation history. Reusing the tab is ~4x cheaper
         than a new one (no new renderer process)."""
-        try:
+        with contextlib.suppress(PageHung):
             await self.evaluate("try { sessionStorage.clear(); } catch (e) {}")
-        except TimeoutError:
-            pass
         res = await self.cdp.send("Page.navigate", {"url": "about:blank"})
         # Page.navigate may answer before the blank page has committed. Until it has, the old document
         # is alive (its unload handlers may still write storage), resetNavigationHistory fails ("Not
@@ -168,10 +174,8 @@ class EpisodePage:
 
     async def terminate_scripts(self) -> None:
         """Stop JavaScript that is running away (answered on the IO thread, even when the page is busy)."""
-        try:
+        with contextlib.suppress(TimeoutError, PlaywrightError):
             await asyncio.wait_for(self.cdp.send("Runtime.terminateExecution"), 2.0)
-        except (TimeoutError, PlaywrightError):
-            pass
 
     # --- internals -------------------------------------------------------------------------------
     async def _call(self, fn: str, arg: Any) -> Any:
@@ -184,12 +188,10 @@ class EpisodePage:
             await self._nav_changed.wait()
 
     async def _stop_loading(self) -> None:
-        try:
+        with contextlib.suppress(TimeoutError, PlaywrightError):
             await asyncio.wait_for(self.cdp.send("Page.stopLoading"), 2.0)
-        except (TimeoutError, PlaywrightError):
-            pass
 
-    async def _settle(self, deadline: float) -> str:
+    async def _settle(self, deadline: float, quiet_ms: int) -> str:
         """Wait until navigation is over and the document is quiet; 'quiet', 'busy' or 'timeout'."""
         while True:
             remaining = deadline - time.monotonic()
@@ -202,8 +204,8 @@ class EpisodePage:
                     return "timeout"
                 continue
             self._nav_changed.clear()
-            cap_ms = int(min(self.cfg.idle_cap_ms, remaining * 1000))
-            expr = _SETTLE_EXPR.format(quiet=self.cfg.quiet_ms, cap=cap_ms)
+            cap_ms = int(min(quiet_ms + self.cfg.idle_cap_ms, remaining * 1000))
+            expr = _SETTLE_EXPR.format(quiet=quiet_ms, cap=cap_ms)
             try:
                 res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
                     "expression": expr, "returnByValue": True, "awaitPromise": True}), remaining)
@@ -218,10 +220,8 @@ class EpisodePage:
             self._note_origin(self.url)
             if state == "navigating" or self._loading:
                 # The document is leaving; wait for the browser to report the load (or give up on it).
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._nav_changed.wait(), min(remaining, 1.0))
-                except TimeoutError:
-                    pass
                 continue
             return state
 

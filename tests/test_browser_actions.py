@@ -228,14 +228,22 @@ async def test_navigate(open_page, fixture_url) -> None:
         check_quiet(obs, "/fixtures/nav_a.html", "page A")
 
 
-async def test_wait_on_a_quiet_page(open_page) -> None:
+async def test_wait_on_a_quiet_page_lasts_its_duration(open_page) -> None:
     async with open_page("click.html") as (session, _, _f):
         t0 = time.monotonic()
-        obs, jpeg = await act(session, BrowserAction("wait", seconds=3))
-        assert time.monotonic() - t0 < 2.5  # a settled page needs no waiting
+        obs, jpeg = await act(session, BrowserAction("wait", seconds=0.6))
+        assert 0.6 <= time.monotonic() - t0 < 3.0
         check_quiet(obs, "/fixtures/click.html", "click")
         check_frame(obs, jpeg)
         assert obs.point is None
+
+
+async def test_wait_sees_a_change_that_a_timer_makes(open_page) -> None:
+    async with open_page("delayed.html") as (session, obs, _f):
+        assert await js(session, "document.getElementById('status').textContent") == ["loading"]
+        obs, _ = await act(session, BrowserAction("wait", seconds=1.0))
+        assert obs.settle == "quiet"
+        assert await js(session, "document.getElementById('status').textContent") == ["ready"]
 
 
 @pytest.mark.parametrize("url", [
