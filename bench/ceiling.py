@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from playwright.async_api import async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
@@ -68,19 +69,67 @@ async def bare_loop(base: str, n: int, browsers: int, seconds: float, quality: i
                 base64.b64decode(shot["data"])
                 count += 1
 
+        cpu: list[dict[str, float]] = []
+
         async def clock() -> None:
             await asyncio.sleep(3.0)  # warm-up
             window["start"], window["c0"] = time.monotonic(), count
+            cpu.append(own_stack_cpu())
             await asyncio.sleep(seconds)
             window["end"], window["c1"] = time.monotonic(), count
+            cpu.append(own_stack_cpu())
 
         await asyncio.gather(clock(), *(loop(s) for s in sessions))
         for b in bs:
             await b.close()
     finally:
         await pw.stop()
-    rate = (window["c1"] - window["c0"]) / (window["end"] - window["start"])
-    return {"concurrency": n, "steps_per_s": round(rate, 2)}
+    steps = window["c1"] - window["c0"]
+    rate = steps / (window["end"] - window["start"])
+    per_step = {k: round((cpu[1][k] - cpu[0][k]) * 1000 / max(1, steps), 2) for k in cpu[0]}
+    return {"concurrency": n, "steps_per_s": round(rate, 2), "cpu_ms_per_step": per_step}
+
+
+def own_stack_cpu() -> dict[str, float]:
+    """CPU seconds of this process, its Playwright drivers and Chromium (the bare loop's stack)."""
+    me = psutil.Process()
+    out = {"python": _cpu_s(me), "playwright_driver": 0.0, "chromium": 0.0}
+    for c in me.children(recursive=True):
+        if key := _stack_part(c):
+            out[key] += _cpu_s(c)
+    return out
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
+
+
+def stack_cpu(pool: BrowserPool) -> dict[str, float]:
+    """CPU seconds used so far by the workers' Python processes, their Playwright drivers and Chromium."""
+    out = {"worker_python": 0.0, "playwright_driver": 0.0, "chromium": 0.0}
+    for h in pool.alive_workers():
+        try:
+            worker = psutil.Process(h.pid)
+            children = worker.children(recursive=True)
+        except psutil.Error:
+            continue
+        out["worker_python"] += _cpu_s(worker)
+        for c in children:
+            if key := _stack_part(c):
+                out[key] += _cpu_s(c)
+    return out
+
+
+def _stack_part(proc: psutil.Process) -> str | None:
+    try:
+        name = proc.name()
+    except psutil.Error:
+        return None
+    return "chromium" if "chrom" in name else "playwright_driver" if name.startswith("node") else None
 
 
 async def engine_run(base: str, n: int, workers: int, seconds: float, quality: int,
@@ -102,8 +151,10 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         while stats.steps < 3 * n and not run.done():
             await asyncio.sleep(0.1)
         t0, s0, c0 = time.monotonic(), stats.steps, time.process_time()
+        k0 = await asyncio.to_thread(stack_cpu, pool)
         await asyncio.sleep(seconds)
         t1, s1, c1 = time.monotonic(), stats.steps, time.process_time()
+        k1 = await asyncio.to_thread(stack_cpu, pool)
         peak = stats.peak_browser_pss
         pss_now = await asyncio.to_thread(pool.browser_pss_bytes)
         run.cancel()
@@ -115,6 +166,7 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
     lat = sorted(stats.step_latencies_ms[s0:s1]) or [0.0]
     return {"concurrency": n, "steps_per_s": round(rate, 2),
             "engine_cpu_ms_per_step": round((c1 - c0) * 1000 / max(1, s1 - s0), 3),
+            "cpu_ms_per_step": {k: round((k1[k] - k0[k]) * 1000 / max(1, s1 - s0), 2) for k in k0},
             "step_latency_p50_ms": round(lat[len(lat) // 2], 1),
             "step_latency_p95_ms": round(lat[int(len(lat) * 0.95)], 1),
             "browser_pss_mib": round(max(peak, pss_now) / 2**20, 1),
@@ -134,9 +186,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                    "ratio": round(eng["steps_per_s"] / bare["steps_per_s"], 3) if bare["steps_per_s"] else None,
                    "engine": eng}
             results["ceiling"].append(row)
+            print(f"bare loop CPU per step: {bare['cpu_ms_per_step']}")
             print(f"concurrency {n:4d}: bare {bare['steps_per_s']:6.1f} steps/s   engine "
                   f"{eng['steps_per_s']:6.1f} steps/s   ratio {row['ratio']:.3f}   "
                   f"engine CPU {eng['engine_cpu_ms_per_step']:.2f} ms/step   "
+                  f"worker stack {eng['cpu_ms_per_step']}   "
                   f"p50 {eng['step_latency_p50_ms']:.0f} ms", flush=True)
         if args.memory_at:
             mem = await engine_run(base, args.memory_at, args.workers, args.seconds, args.quality)

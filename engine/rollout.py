@@ -167,7 +167,8 @@ class Rollout:
         except (WorkerLost, BrowserOpError, PolicyError, _EpisodeError) as exc:
             await self._on_error(exc)
         except asyncio.CancelledError:
-            await self._fail("cancelled", "the run stopped before this episode finished")
+            # An interrupted run writes no record for this episode, so that --resume runs it again.
+            await asyncio.shield(self._release_browser())
             raise
         except Exception as exc:  # noqa: BLE001 - a bug must not lose the episode
             await self._fail("internal", f"{type(exc).__name__}: {exc}")
