@@ -29,6 +29,7 @@ from playwright.async_api import async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool
+from engine.rollout import EpisodeStatus
 from engine.runner import Engine, RunConfig, pool_config
 from engine.sites.server import SiteServer
 from engine.store import RunStore
@@ -37,7 +38,7 @@ from policy.instant import InstantPolicy
 
 # Light but real pages of the bundled sites (the instant policy clicks an inert corner).
 PAGES = ["/shop/", "/shop/product.html?id=p01", "/wiki/", "/travel/", "/forum/", "/shop/search.html?q=mug"]
-CLICK = (640.0, 760.0)  # bottom margin of the viewport: nothing to activate there
+CLICK = (1275.0, 384.0)  # right margin of the viewport: nothing to activate there
 
 
 async def bare_loop(base: str, n: int, browsers: int, seconds: float, quality: int) -> dict[str, Any]:
@@ -143,12 +144,18 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         store = RunStore(tmp)
         pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
         await pool.start()
-        engine = Engine(cfg, pool, InstantPolicy(*CLICK), store)
+        stepping: set[str] = set()
+
+        def on_status(st: EpisodeStatus) -> None:
+            if st.step >= 2:
+                stepping.add(st.episode_id)
+
+        engine = Engine(cfg, pool, InstantPolicy(*CLICK), store, on_status=on_status)
         cpu0 = time.process_time()
         run = asyncio.ensure_future(engine.run([(t, 0) for t in tasks]))
         stats = engine.stats
-        # Wait until every rollout has taken a few steps (all pages open), then measure.
-        while stats.steps < 3 * n and not run.done():
+        # Measure only once every rollout is past its page load and stepping.
+        while len(stepping) < n and not run.done():
             await asyncio.sleep(0.1)
         t0, s0, c0 = time.monotonic(), stats.steps, time.process_time()
         k0 = await asyncio.to_thread(stack_cpu, pool)

@@ -62,7 +62,7 @@ async def run_and_kill(tmp_path: Path, sites: str, target: str, retry_lost: int)
         asyncio.ensure_future(killer(engine))
 
     stats, run_dir = await asyncio.wait_for(
-        run(cfg, InstantPolicy(640, 760), sites, on_start=on_start), 180)
+        run(cfg, InstantPolicy(1275, 384), sites, on_start=on_start), 180)
     assert killed, "the kill never happened"
     assert replaced, "no replacement worker joined during the run"
     assert stats.summary()["lost"] == 0

@@ -1,0 +1,2 @@
+// The rules page is static; it only needs the shared header and footer.
+Forum.renderChrome("rules");

@@ -1,0 +1,2 @@
+// Main page: only the shared chrome is dynamic; the boxes are static HTML.
+Wiki.renderChrome();
