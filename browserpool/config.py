@@ -18,7 +18,10 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--disable-features=Translate,MediaRouter,OptimizationHints",
+    # The omnibox WebUI features give every headless window (one per context) its own hidden
+    # renderer process, ~22 MiB each: off.
+    "--disable-features=Translate,MediaRouter,OptimizationHints,"
+    "WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup",
     "--mute-audio",
 ]
 
