@@ -133,7 +133,8 @@ class Request(Message):
     """Engine -> worker: one operation on one episode's page.
 
     ops: open (url), act (action), locate (selector), evaluate (exprs), close.
-    ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with.
+    ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with; every
+    request carries them, so no message of its own is needed.
     """
 
     TAG: ClassVar[str] = "req"
@@ -157,14 +158,6 @@ class Reply(Message):
 
 
 @dataclass(slots=True)
-class Release(Message):
-    """Engine -> worker: slots to free when no request is about to carry them."""
-
-    TAG: ClassVar[str] = "release"
-    release: list[list[int]]
-
-
-@dataclass(slots=True)
 class Shutdown(Message):
     """Engine -> worker: close the browser and exit."""
 
@@ -172,7 +165,7 @@ class Shutdown(Message):
 
 
 _TYPES: dict[str, type] = {
-    cls.TAG: cls for cls in (Hello, Welcome, Heartbeat, Request, Reply, Release, Shutdown)
+    cls.TAG: cls for cls in (Hello, Welcome, Heartbeat, Request, Reply, Shutdown)
 }
 _FIELDS: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in _TYPES.values()}
 

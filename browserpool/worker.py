@@ -31,6 +31,10 @@ from browserpool.shm import SlotRing
 EXIT_BROWSER_LOST = 3
 
 
+class NoEpisode(Exception):
+    """A request names an episode that has no page on this worker (closed, discarded, never opened)."""
+
+
 @dataclass
 class ContextSlot:
     """A BrowserContext and its tab, kept between episodes (state cleared), and its use count."""
@@ -129,8 +133,6 @@ class BrowserWorker:
                 task = asyncio.create_task(self._handle(msg))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            elif isinstance(msg, P.Release):
-                self._release(msg.release)
             elif isinstance(msg, P.Welcome):
                 self.use_shm = msg.use_shm
             elif isinstance(msg, P.Shutdown):
@@ -158,7 +160,7 @@ class BrowserWorker:
         except PageHung as exc:
             await self._discard(req.episode_id)
             reply = P.Reply(req.req_id, False, None, f"page hung: {exc}; its context was discarded", P.ERR_HUNG)
-        except KeyError:
+        except NoEpisode:
             reply = P.Reply(req.req_id, False, None, f"no open episode {req.episode_id!r} on this worker",
                             P.ERR_NO_EPISODE)
         except Exception as exc:  # noqa: BLE001 - every request must get an answer
@@ -178,7 +180,9 @@ class BrowserWorker:
         if op == "close":
             await self._close(req.episode_id)
             return None
-        ep = self.episodes[req.episode_id]
+        ep = self.episodes.get(req.episode_id)
+        if ep is None:
+            raise NoEpisode(req.episode_id)
         async with ep.busy:
             if op == "act":
                 action = P.BrowserAction.from_wire(args["action"])

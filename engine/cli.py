@@ -81,7 +81,12 @@ def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: 
         worker=WorkerConfig(endpoint="", chromium_path=chromium, jpeg_quality=jpeg_quality,
                             settle_timeout_s=settle_timeout))
     needs_sites = SITES_PLACEHOLDER in Path(tasks_path).read_text(encoding="utf-8")
-    summary = _uvloop_run(_run_with_progress(cfg, needs_sites, console))
+    try:
+        summary = _uvloop_run(_run_with_progress(cfg, needs_sites, console))
+    except KeyboardInterrupt:
+        # Episodes in flight wrote no record: --resume runs them again.
+        console.print(f"interrupted; continue with: webgym-engine run --resume {cfg.run_dir}")
+        sys.exit(130)
     console.print(summary_table(summary, title=f"run summary: {cfg.run_dir}"))
     if summary_json:
         Path(summary_json).write_text(json.dumps(summary, indent=2))
@@ -96,8 +101,8 @@ async def _run_with_progress(cfg: RunConfig, needs_sites: bool, console: Console
     progress: list[asyncio.Task] = []
 
     def on_start(engine, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
-        console.print(f"run directory: {run_dir}  ({engine.stats.total if engine.stats.total else ''}"
-                      f"{cfg.policy} policy, {cfg.mode}, concurrency {cfg.concurrency}, {cfg.workers} workers)")
+        console.print(f"run directory: {run_dir}  ({cfg.policy} policy, {cfg.mode} mode, "
+                      f"concurrency {cfg.concurrency}, {cfg.workers} browser workers)")
         progress.append(asyncio.ensure_future(show_progress(engine.stats, console)))
 
     with contextlib.ExitStack() as stack:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from typing import Any
 
 from rich.console import Console
@@ -38,12 +37,9 @@ async def show_progress(stats: RunStats, console: Console, interval_s: float = 1
             finally:
                 bar.update(task, completed=stats.done)
     else:
-        try:
-            while True:
-                await asyncio.sleep(interval_s)
-                print(status_line(stats), file=sys.stderr, flush=True)
-        finally:
-            pass
+        while True:
+            await asyncio.sleep(interval_s)
+            print(status_line(stats), file=sys.stderr, flush=True)
 
 
 def summary_table(summary: dict[str, Any], title: str = "run summary") -> Table:
@@ -62,7 +58,3 @@ def summary_table(summary: dict[str, Any], title: str = "run summary") -> Table:
     for k, v in rows:
         table.add_row(k, str(v))
     return table
-
-
-def clock() -> float:
-    return time.monotonic()

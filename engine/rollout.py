@@ -124,6 +124,7 @@ class Rollout:
         self.history: list[StepView] = []
         self.current: StepView | None = None
         self.current_frame_path: str | None = None
+        self.frames_taken = 0
         self.answer: str | None = None
         self.over = False
         self.started_at = time.time()
@@ -249,8 +250,8 @@ class Rollout:
         with frame:
             if not frame.view:
                 raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
-            index = len(self.steps) + (1 if self.steps or self.current else 0)
-            path = self.ctx.store.write_frame(self.episode_id, index, frame.view)
+            path = self.ctx.store.write_frame(self.episode_id, self.frames_taken, frame.view)
+            self.frames_taken += 1
             jpeg = bytes(frame.view)
         changed = None
         if self.current is not None and isinstance(self.current.jpeg, bytes):

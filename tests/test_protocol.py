@@ -35,8 +35,6 @@ MESSAGES: list[P.Message] = [
     P.Reply(3, True, ["click", 2, None, {"nested": [1, 2.5, "x"]}]),
     P.Reply(4, False, None, "navigation to file: URL refused", P.ERR_REFUSED),
     P.Reply(5, False, None, "page hung", P.ERR_HUNG),
-    P.Release([[1, 2], [3, 4]]),
-    P.Release([]),
     P.Shutdown(),
 ]
 
