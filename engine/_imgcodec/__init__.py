@@ -1,5 +1,8 @@
 """Fast JPEG helpers for browser screenshots, built on libjpeg-turbo's TurboJPEG API.
 
+Also: :func:`resize` (area averaging down / bilinear up, in C), :func:`smart_resize` (the Qwen-VL
+processors' target-size arithmetic) and :func:`draw_som` (Set-of-Marks boxes drawn in place, in C).
+
 All functions take any object exposing the buffer protocol (``bytes``, ``bytearray``,
 ``memoryview`` -- e.g. over :class:`multiprocessing.shared_memory.SharedMemory` -- or a
 C-contiguous numpy array) without copying it, release the GIL while they work and are safe to
@@ -16,23 +19,31 @@ Errors:
 
 from __future__ import annotations
 
+import math
 from typing import TypeAlias
 
 import numpy as np
 
 from . import _core
 from ._core import MAX_PIXELS, ImgCodecError
+from ._som import PALETTE, draw_som
 
 __all__ = [
     "MAX_PIXELS",
+    "PALETTE",
+    "QWEN2_VL",
+    "QWEN3_VL",
     "SCALES",
     "SUBSAMPLINGS",
     "BytesLike",
     "ImgCodecError",
     "decode",
+    "draw_som",
     "encode",
     "frame_diff",
     "jpeg_size",
+    "resize",
+    "smart_resize",
 ]
 
 #: Anything exposing a contiguous buffer: bytes, bytearray, memoryview, numpy array, mmap...
@@ -112,3 +123,71 @@ def frame_diff(a: BytesLike, b: BytesLike, scale: int = 4, threshold: int = 16) 
     and :class:`ValueError` for a bad ``scale`` or ``threshold``.
     """
     return _core.frame_diff(a, b, scale, threshold)
+
+
+def resize(rgb: np.ndarray, width: int, height: int, *, out: np.ndarray | None = None) -> np.ndarray:
+    """Resize an ``(H, W, 3)`` ``uint8`` C-contiguous RGB array to ``(height, width, 3)``.
+
+    Each axis is filtered on its own: when it shrinks, exact area averaging (a box filter over the
+    source interval ``[i * s, (i + 1) * s)``, fractional weights for partly covered pixels); when it
+    grows (or stays), bilinear interpolation with half-pixel centres (``x = (i + 0.5) * s - 0.5``,
+    clamped at the edges). Results are rounded to nearest. The GIL is released.
+
+    ``out``, if given, must be a writable C-contiguous ``(height, width, 3)`` ``uint8`` array not
+    overlapping ``rgb``; it is filled and returned. Raises :class:`ValueError` otherwise.
+    """
+    if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError("resize expects an (H, W, 3) uint8 numpy array")
+    if not rgb.flags.c_contiguous:
+        raise ValueError("resize expects a C-contiguous array (use np.ascontiguousarray)")
+    width, height = int(width), int(height)
+    if width <= 0 or height <= 0:
+        raise ValueError(f"resize: target size must be positive (got {width}x{height})")
+    if out is None:
+        out = np.empty((height, width, 3), dtype=np.uint8)
+    elif (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.uint8
+        or out.shape != (height, width, 3)
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        raise ValueError(f"resize: out must be a writable C-contiguous ({height}, {width}, 3) uint8 array")
+    _core.resize(rgb, int(rgb.shape[1]), int(rgb.shape[0]), out, width, height)
+    return out
+
+
+#: ``smart_resize`` keyword arguments of the Qwen2-VL / Qwen2.5-VL image processors (14 px patches,
+#: 2x2 merge; ``min_pixels``/``max_pixels`` = ``size["shortest_edge"]``/``size["longest_edge"]``).
+QWEN2_VL: dict[str, int] = {"factor": 28, "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 1280}
+#: The same for Qwen3-VL (16 px patches, 2x2 merge; preprocessor_config ``size`` of the released models).
+QWEN3_VL: dict[str, int] = {"factor": 32, "min_pixels": 65536, "max_pixels": 16777216}
+
+
+def smart_resize(
+    height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280
+) -> tuple[int, int]:
+    """Return the ``(height, width)`` the Qwen-VL image processors resize an image to.
+
+    Both sides become multiples of ``factor``, the area lies within ``[min_pixels, max_pixels]`` and
+    the aspect ratio is kept as closely as possible -- the very arithmetic of transformers'
+    ``qwen2_vl`` ``smart_resize`` (``round`` is Python's round-half-to-even, as there). Use
+    ``smart_resize(h, w, **QWEN3_VL)`` for Qwen3-VL.
+
+    Raises :class:`ValueError`, as transformers does, when the aspect ratio exceeds 200.
+    """
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar

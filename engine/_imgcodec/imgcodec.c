@@ -6,6 +6,8 @@
  *   decode(buf, scale=1)                         -> (bytearray RGB, width, height)
  *   encode(buf, width, height, quality=80, subsampling="420") -> bytes
  *   frame_diff(a, b, scale=4, threshold=16)      -> (changed_fraction, mean_abs_diff)
+ *   resize(src, w, h, dst, out_w, out_h)         -> None (area average down, bilinear up)
+ *   draw_som(img, w, h, boxes, palette, font, ...) -> None (Set-of-Marks overlay, in place)
  *
  * Design notes
  *  - Inputs are taken through the buffer protocol ("y*": contiguous, no copy), so
@@ -569,6 +571,368 @@ static PyObject *py_frame_diff(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 /* ------------------------------------------------------------------------- */
+/* resize                                                                     */
+/* ------------------------------------------------------------------------- */
+
+/* Per output sample along one axis: the first contributing source index, how many, and weights. */
+typedef struct {
+    int *start;
+    int *count;
+    float *w; /* count[i] weights for output i, at offset i * maxn */
+    int maxn;
+} axis_t;
+
+static void axis_free(axis_t *a)
+{
+    free(a->start);
+    free(a->count);
+    free(a->w);
+    a->start = a->count = NULL;
+    a->w = NULL;
+}
+
+/* Downscale (n_out < n_in): exact box filter, output i covers [i*s, (i+1)*s) with s = n_in/n_out and
+   fractional weights at the ends. Otherwise bilinear with half-pixel centres, edges clamped. */
+static int axis_init(axis_t *a, int n_in, int n_out)
+{
+    double s = (double)n_in / (double)n_out;
+    int maxn = n_out < n_in ? (n_in + n_out - 1) / n_out + 2 : 2; /* ceil(s) + 2 */
+    a->maxn = maxn;
+    a->start = (int *)malloc(sizeof(int) * (size_t)n_out);
+    a->count = (int *)malloc(sizeof(int) * (size_t)n_out);
+    a->w = (float *)malloc(sizeof(float) * (size_t)n_out * (size_t)maxn);
+    if (!a->start || !a->count || !a->w) {
+        axis_free(a);
+        return -1;
+    }
+    for (int i = 0; i < n_out; i++) {
+        float *w = a->w + (size_t)i * (size_t)maxn;
+        if (n_out < n_in) {
+            /* Integer arithmetic for the bounds: [i*n_in, (i+1)*n_in) in units of 1/n_out pixels. */
+            int64_t lo = (int64_t)i * n_in, hi = (int64_t)(i + 1) * n_in;
+            int j0 = (int)(lo / n_out), j1 = (int)((hi + n_out - 1) / n_out); /* [j0, j1) */
+            int n = 0;
+            if (j1 > n_in)
+                j1 = n_in;
+            for (int j = j0; j < j1 && n < maxn; j++) {
+                int64_t a0 = (int64_t)j * n_out, a1 = (int64_t)(j + 1) * n_out;
+                int64_t ov = (a1 < hi ? a1 : hi) - (a0 > lo ? a0 : lo);
+                w[n++] = (float)((double)ov / (double)n_in);
+            }
+            a->start[i] = j0;
+            a->count[i] = n;
+        } else {
+            double x = ((double)i + 0.5) * s - 0.5;
+            int j0;
+            double f;
+            if (x < 0)
+                x = 0;
+            j0 = (int)x; /* x >= 0: truncation is floor */
+            if (j0 >= n_in - 1) {
+                a->start[i] = n_in - 1;
+                a->count[i] = 1;
+                w[0] = 1.0f;
+                continue;
+            }
+            f = x - j0;
+            a->start[i] = j0;
+            a->count[i] = 2;
+            w[0] = (float)(1.0 - f);
+            w[1] = (float)f;
+        }
+    }
+    return 0;
+}
+
+static int resize_rgb(const unsigned char *src, int wi, int hi, unsigned char *dst, int wo, int ho, status_t *st)
+{
+    axis_t ax = {0}, ay = {0};
+    float *tmp = NULL;
+    int rc = -1;
+    if (axis_init(&ax, wi, wo) != 0 || axis_init(&ay, hi, ho) != 0)
+        goto nomem;
+    /* Horizontal pass: hi rows of wo * 3 floats. */
+    tmp = (float *)malloc(sizeof(float) * (size_t)hi * (size_t)wo * 3u);
+    if (!tmp)
+        goto nomem;
+    for (int y = 0; y < hi; y++) {
+        const unsigned char *row = src + (size_t)y * (size_t)wi * 3u;
+        float *o = tmp + (size_t)y * (size_t)wo * 3u;
+        for (int x = 0; x < wo; x++) {
+            const float *w = ax.w + (size_t)x * (size_t)ax.maxn;
+            const unsigned char *p = row + (size_t)ax.start[x] * 3u;
+            float r = 0, g = 0, b = 0;
+            if (ax.count[x] == 2) { /* bilinear: the common upscale case */
+                o[3 * x] = w[0] * p[0] + w[1] * p[3];
+                o[3 * x + 1] = w[0] * p[1] + w[1] * p[4];
+                o[3 * x + 2] = w[0] * p[2] + w[1] * p[5];
+                continue;
+            }
+            for (int k = 0; k < ax.count[x]; k++, p += 3) {
+                r += w[k] * p[0];
+                g += w[k] * p[1];
+                b += w[k] * p[2];
+            }
+            o[3 * x] = r;
+            o[3 * x + 1] = g;
+            o[3 * x + 2] = b;
+        }
+    }
+    /* Vertical pass, row by row (cache friendly), rounding to uint8. */
+    {
+        size_t rowlen = (size_t)wo * 3u;
+        float *acc = (float *)malloc(sizeof(float) * rowlen);
+        if (!acc)
+            goto nomem;
+        for (int y = 0; y < ho; y++) {
+            const float *w = ay.w + (size_t)y * (size_t)ay.maxn;
+            unsigned char *o = dst + (size_t)y * rowlen;
+            const float *r0 = tmp + (size_t)ay.start[y] * rowlen;
+            const float w0 = w[0];
+            if (ay.count[y] == 2) { /* two taps: no separate accumulator pass */
+                const float *r1 = r0 + rowlen;
+                const float w1 = w[1];
+                for (size_t i = 0; i < rowlen; i++)
+                    acc[i] = w0 * r0[i] + w1 * r1[i];
+            } else {
+                for (size_t i = 0; i < rowlen; i++)
+                    acc[i] = w0 * r0[i];
+                for (int k = 1; k < ay.count[y]; k++) {
+                    const float *r = r0 + (size_t)k * rowlen;
+                    const float wk = w[k];
+                    for (size_t i = 0; i < rowlen; i++)
+                        acc[i] += wk * r[i];
+                }
+            }
+            for (size_t i = 0; i < rowlen; i++) {
+                float v = acc[i] + 0.5f;
+                o[i] = v <= 0.0f ? 0 : v >= 255.0f ? 255 : (unsigned char)v;
+            }
+        }
+        free(acc);
+    }
+    rc = 0;
+    goto done;
+nomem:
+    st_set(st, ST_NOMEM, "out of memory in resize");
+done:
+    free(tmp);
+    axis_free(&ax);
+    axis_free(&ay);
+    return rc;
+}
+
+PyDoc_STRVAR(resize_doc,
+             "resize(src, width, height, dst, out_width, out_height)\n--\n\n"
+             "Resize packed RGB src (width*height*3 bytes) into the writable buffer dst\n"
+             "(out_width*out_height*3 bytes). Per axis: exact area averaging when shrinking,\n"
+             "bilinear with half-pixel centres otherwise. The GIL is released.");
+
+static PyObject *py_resize(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer src, dst;
+    int wi, hi, wo, ho;
+    status_t st = {0};
+
+    if (!PyArg_ParseTuple(args, "y*iiw*ii:resize", &src, &wi, &hi, &dst, &wo, &ho))
+        return NULL;
+    if (wi <= 0 || hi <= 0 || wo <= 0 || ho <= 0 || (int64_t)wi * hi > IMGCODEC_MAX_PIXELS ||
+        (int64_t)wo * ho > IMGCODEC_MAX_PIXELS) {
+        PyErr_Format(PyExc_ValueError, "bad resize geometry %dx%d -> %dx%d", wi, hi, wo, ho);
+        goto fail;
+    }
+    if ((int64_t)src.len != (int64_t)wi * hi * 3 || (int64_t)dst.len != (int64_t)wo * ho * 3) {
+        PyErr_Format(PyExc_ValueError, "buffer sizes %zd, %zd do not match %dx%dx3 -> %dx%dx3", src.len, dst.len,
+                     wi, hi, wo, ho);
+        goto fail;
+    }
+    if ((const char *)src.buf < (const char *)dst.buf + dst.len &&
+        (const char *)dst.buf < (const char *)src.buf + src.len) {
+        PyErr_SetString(PyExc_ValueError, "resize: src and dst buffers overlap");
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    resize_rgb((const unsigned char *)src.buf, wi, hi, (unsigned char *)dst.buf, wo, ho, &st);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (st.kind != ST_OK)
+        return st_raise(&st);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------- */
+/* draw_som                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *palette; /* npal * 3 */
+    int64_t npal;
+    const unsigned char *font; /* 10 * gh * gw, one byte per pixel (0/1), digits '0'..'9' */
+    int64_t gh, gw, gap, pad, alpha, outline;
+} som_style;
+
+static int64_t i64min(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t i64max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Fill [y0, y1) x [x0, x1) (already clipped to the image) with a colour. */
+static void som_rect(unsigned char *img, int64_t w, int64_t y0, int64_t y1, int64_t x0, int64_t x1,
+                     const unsigned char *col)
+{
+    for (int64_t y = y0; y < y1; y++) {
+        unsigned char *p = img + ((size_t)y * (size_t)w + (size_t)x0) * 3u;
+        for (int64_t x = x0; x < x1; x++, p += 3) {
+            p[0] = col[0];
+            p[1] = col[1];
+            p[2] = col[2];
+        }
+    }
+}
+
+/* Mirrors engine/_imgcodec/_som.py:_draw_som_numpy exactly (the tests compare the two). */
+static void som_draw(unsigned char *img, int64_t w, int64_t h, const int64_t *boxes, int64_t nbox,
+                     const som_style *sty)
+{
+    const unsigned a = (unsigned)sty->alpha, na = 256u - (unsigned)sty->alpha;
+    const int64_t t = sty->outline;
+    for (int64_t b = 0; b < nbox; b++) {
+        const int64_t *bx = boxes + 5 * b;
+        int64_t bid = bx[0], bx0 = bx[1], by0 = bx[2], bx1 = bx[3], by1 = bx[4];
+        int64_t x0 = i64max(bx0, 0), y0 = i64max(by0, 0), x1 = i64min(bx1, w), y1 = i64min(by1, h);
+        const unsigned char *col;
+        unsigned char fg[3];
+        char digits[24];
+        int nd = 0;
+        int64_t lw, lh, lx, ly;
+        if (x1 <= x0 || y1 <= y0)
+            continue;
+        col = sty->palette + 3 * (bid % sty->npal);
+        /* translucent fill */
+        for (int64_t y = y0; y < y1; y++) {
+            unsigned char *p = img + ((size_t)y * (size_t)w + (size_t)x0) * 3u;
+            for (int64_t x = x0; x < x1; x++, p += 3) {
+                p[0] = (unsigned char)((p[0] * na + col[0] * a + 128u) >> 8);
+                p[1] = (unsigned char)((p[1] * na + col[1] * a + 128u) >> 8);
+                p[2] = (unsigned char)((p[2] * na + col[2] * a + 128u) >> 8);
+            }
+        }
+        /* outline on the edges that lie inside the image */
+        if (by0 >= 0)
+            som_rect(img, w, y0, i64min(by0 + t, y1), x0, x1, col);
+        if (by1 <= h)
+            som_rect(img, w, i64max(by1 - t, y0), y1, x0, x1, col);
+        if (bx0 >= 0)
+            som_rect(img, w, y0, y1, x0, i64min(bx0 + t, x1), col);
+        if (bx1 <= w)
+            som_rect(img, w, y0, y1, i64max(bx1 - t, x0), x1, col);
+        /* label */
+        {
+            int64_t v = bid;
+            char rev[24];
+            do {
+                rev[nd++] = (char)('0' + v % 10);
+                v /= 10;
+            } while (v && nd < 20);
+            for (int k = 0; k < nd; k++)
+                digits[k] = rev[nd - 1 - k];
+        }
+        lw = nd * sty->gw + (nd - 1) * sty->gap + 2 * sty->pad;
+        lh = sty->gh + 2 * sty->pad;
+        lx = bx0;
+        ly = by0 - lh >= 0 ? by0 - lh : by0;
+        lx = i64max(0, i64min(lx, w - lw));
+        ly = i64max(0, i64min(ly, h - lh));
+        som_rect(img, w, ly, i64min(ly + lh, h), lx, i64min(lx + lw, w), col);
+        if (299 * col[0] + 587 * col[1] + 114 * col[2] > 150000)
+            fg[0] = fg[1] = fg[2] = 0;
+        else
+            fg[0] = fg[1] = fg[2] = 255;
+        for (int k = 0; k < nd; k++) {
+            const unsigned char *g = sty->font + (size_t)(digits[k] - '0') * (size_t)(sty->gh * sty->gw);
+            int64_t gx = lx + sty->pad + k * (sty->gw + sty->gap), gy = ly + sty->pad;
+            for (int64_t r = 0; r < sty->gh && gy + r < h; r++)
+                for (int64_t c = 0; c < sty->gw && gx + c < w; c++)
+                    if (g[r * sty->gw + c]) {
+                        unsigned char *p = img + ((size_t)(gy + r) * (size_t)w + (size_t)(gx + c)) * 3u;
+                        p[0] = fg[0];
+                        p[1] = fg[1];
+                        p[2] = fg[2];
+                    }
+        }
+    }
+}
+
+PyDoc_STRVAR(draw_som_doc,
+             "draw_som(img, width, height, boxes, palette, font, gh, gw, gap, pad, alpha, outline)\n--\n\n"
+             "Low-level Set-of-Marks drawing, in place, on packed RGB img (writable, width*height*3 bytes).\n"
+             "boxes: native int64 (n, 5) rows (id >= 0, x0, y0, x1, y1), |coordinates| < 2**31; palette:\n"
+             "uint8 (P, 3); font: uint8 (10, gh, gw) 0/1 digit masks. Use engine._imgcodec.draw_som.");
+
+static PyObject *py_draw_som(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer img, boxes, pal, font;
+    int width, height;
+    som_style sty;
+    long long gh, gw, gap, pad, alpha, outline;
+    PyObject *ret = NULL;
+
+    if (!PyArg_ParseTuple(args, "w*iiy*y*y*LLLLLL:draw_som", &img, &width, &height, &boxes, &pal, &font, &gh,
+                          &gw, &gap, &pad, &alpha, &outline))
+        return NULL;
+    if (width <= 0 || height <= 0 || (int64_t)img.len != (int64_t)width * height * 3) {
+        PyErr_Format(PyExc_ValueError, "draw_som: image buffer of %zd bytes is not %dx%dx3", img.len, width,
+                     height);
+        goto done;
+    }
+    if (boxes.len % (Py_ssize_t)(5 * sizeof(int64_t)) != 0 || pal.len < 3 || pal.len % 3 != 0 || gh <= 0 ||
+        gw <= 0 || gh > 256 || gw > 256 || font.len != 10 * gh * gw || gap < 0 || gap > 256 || pad < 0 ||
+        pad > 256 || alpha < 0 || alpha > 256 || outline < 0 || outline > 1024) {
+        PyErr_SetString(PyExc_ValueError, "draw_som: bad boxes, palette, font or style arguments");
+        goto done;
+    }
+    {
+        const int64_t *bx = (const int64_t *)boxes.buf;
+        int64_t n = (int64_t)(boxes.len / (Py_ssize_t)(5 * sizeof(int64_t)));
+        const int64_t lim = (int64_t)1 << 31;
+        if (((uintptr_t)boxes.buf % _Alignof(int64_t)) != 0) {
+            PyErr_SetString(PyExc_ValueError, "draw_som: boxes buffer is not 8-byte aligned");
+            goto done;
+        }
+        for (int64_t i = 0; i < 5 * n; i++)
+            if (bx[i] <= -lim || bx[i] >= lim || (i % 5 == 0 && bx[i] < 0)) {
+                PyErr_SetString(PyExc_ValueError, "draw_som: box ids must be >= 0 and coordinates < 2**31");
+                goto done;
+            }
+        sty.palette = (const unsigned char *)pal.buf;
+        sty.npal = (int64_t)(pal.len / 3);
+        sty.font = (const unsigned char *)font.buf;
+        sty.gh = gh;
+        sty.gw = gw;
+        sty.gap = gap;
+        sty.pad = pad;
+        sty.alpha = alpha;
+        sty.outline = outline;
+        Py_BEGIN_ALLOW_THREADS
+        som_draw((unsigned char *)img.buf, width, height, bx, n, &sty);
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyBuffer_Release(&img);
+    PyBuffer_Release(&boxes);
+    PyBuffer_Release(&pal);
+    PyBuffer_Release(&font);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Module                                                                     */
 /* ------------------------------------------------------------------------- */
 
@@ -577,6 +941,8 @@ static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_VARARGS | METH_KEYWORDS, decode_doc},
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS, encode_doc},
     {"frame_diff", (PyCFunction)(void (*)(void))py_frame_diff, METH_VARARGS | METH_KEYWORDS, frame_diff_doc},
+    {"resize", (PyCFunction)py_resize, METH_VARARGS, resize_doc},
+    {"draw_som", (PyCFunction)py_draw_som, METH_VARARGS, draw_som_doc},
     {NULL, NULL, 0, NULL},
 };
 
