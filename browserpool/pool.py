@@ -26,6 +26,8 @@ from browserpool.config import WorkerConfig
 from browserpool.memory import tree_pss_bytes
 from browserpool.shm import SlotReader, unlink_segment
 
+MAX_FAILED_STARTS = 3
+
 
 class PoolError(RuntimeError):
     """Base of the pool's errors."""
@@ -174,6 +176,8 @@ class BrowserPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.restarts = 0
+        self.broken: str | None = None  # set when workers keep dying at start-up
+        self._failed_starts = 0
         self.on_event: Callable[[str, str], None] | None = None  # (kind, message) for logs
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -189,22 +193,23 @@ class BrowserPool:
         self._spawn_task(self._recv_loop())
         self._spawn_task(self._watchdog())
         if self.cfg.spawn:
-            handles = [await self._spawn_worker() for _ in range(self.cfg.workers)]
-            try:
-                await asyncio.wait_for(asyncio.gather(*(h.ready.wait() for h in handles)),
-                                       self.cfg.start_timeout_s)
-            except TimeoutError as exc:
-                await self.close()
-                raise PoolError(f"browser workers did not start within {self.cfg.start_timeout_s:g} s "
-                                f"(Chromium at {self.cfg.worker.chromium_path}?)") from exc
-        else:
+            for _ in range(self.cfg.workers):
+                await self._spawn_worker()
+        try:
             await self.wait_for_workers(self.cfg.workers, self.cfg.start_timeout_s)
+        except TimeoutError:
+            await self.close()
+            raise PoolError(f"browser workers did not start within {self.cfg.start_timeout_s:g} s "
+                            f"(Chromium at {self.cfg.worker.chromium_path}?)") from None
+        if self.broken:
+            await self.close()
+            raise PoolError(f"browser workers cannot start: {self.broken}")
 
     async def wait_for_workers(self, n: int, timeout: float) -> None:
-        """Wait until at least ``n`` workers are alive."""
+        """Wait until at least ``n`` workers are alive (or the pool gave up on starting them)."""
         async def enough() -> None:
             async with self._capacity:
-                await self._capacity.wait_for(lambda: len(self.alive_workers()) >= n)
+                await self._capacity.wait_for(lambda: self.broken or len(self.alive_workers()) >= n)
         await asyncio.wait_for(enough(), timeout)
 
     async def close(self) -> None:
@@ -244,6 +249,8 @@ class BrowserPool:
         """Wait for a worker with room for one more episode and reserve it."""
         async with self._capacity:
             while True:
+                if self.broken and not self.alive_workers():
+                    raise WorkerLost(f"no browser worker is available: {self.broken}")
                 candidates = [h for h in self.alive_workers()
                               if len(h.episodes) < self.cfg.max_episodes_per_worker]
                 if candidates:
@@ -313,7 +320,13 @@ class BrowserPool:
             return
         self._emit("worker_exit", f"browser worker {h.worker_id} exited with code {code}")
         self._fail_worker(h, f"browser worker {h.worker_id} died (exit code {code})")
-        if self.cfg.restart:
+        # A worker that dies before it ever said hello will most likely do so again: stop after a few
+        # in a row instead of looping, so waiting episodes end with an error rather than hang.
+        self._failed_starts = 0 if h.ready.is_set() else self._failed_starts + 1
+        if self._failed_starts >= MAX_FAILED_STARTS:
+            self.broken = f"{self._failed_starts} browser workers in a row died while starting (see the worker log)"
+            self._capacity_changed()
+        elif self.cfg.restart:
             self.restarts += 1
             await self._spawn_worker()
 

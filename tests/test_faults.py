@@ -92,3 +92,16 @@ async def test_killed_episodes_are_retried_once(tmp_path: Path, sites: str) -> N
     # No shared-memory segment of the dead worker is left behind.
     dead = [h for h in engine.ctx.pool.workers.values() if not h.alive]
     assert dead and all(not Path("/dev/shm", h.shm_name or "x").exists() for h in dead)
+
+
+async def test_a_worker_that_cannot_start_fails_fast(tmp_path: Path) -> None:
+    from browserpool.config import WorkerConfig
+    from browserpool.pool import BrowserPool, PoolConfig, PoolError
+
+    missing = tmp_path / "no-such-chromium"
+    pool = BrowserPool(PoolConfig(workers=1, worker=WorkerConfig(endpoint="", chromium_path=str(missing)),
+                                  start_timeout_s=120))
+    t0 = asyncio.get_running_loop().time()
+    with pytest.raises(PoolError, match="cannot start"):
+        await pool.start()
+    assert asyncio.get_running_loop().time() - t0 < 60  # gave up after a few tries, not at the timeout
