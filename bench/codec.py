@@ -12,8 +12,13 @@ Operations:
   decode_1/4      DCT-scaled decode at 1/4
   resize_smart    RGB 1280x768 -> the Qwen2-VL smart_resize grid (1288x756; area down / bilinear up;
                   Pillow: BILINEAR with its antialiasing support; PyTurboJPEG has no resize)
+  decode_resize   full-size decode, then resize to the smart_resize grid (Pillow: Image.open +
+                  resize with BILINEAR, as in resize_smart)
   som_pipeline    decode + 40 Set-of-Marks boxes + encode (q80, 4:2:0); PyTurboJPEG uses
                   _imgcodec.draw_som for the drawing, Pillow ImageDraw + an alpha-composited overlay
+  som_fast        the same with the fast paths: decode fast=True (TJFLAG_FASTDCT|FASTUPSAMPLE) and
+                  encode fast=True (TJFLAG_FASTDCT); PyTurboJPEG with the same flags; Pillow has no
+                  such switches and runs its plain pipeline
   frame_diff      two frames at 1/4, fast IDCT, changed fraction + mean abs diff (others: numpy)
 """
 
@@ -137,6 +142,21 @@ def build_cases(shots: list[bytes]) -> dict[str, dict[str, Callable[[int], objec
         ic.draw_som(rgb, boxes)
         return tj.encode(rgb, quality=QUALITY, pixel_format=TJPF_RGB, jpeg_subsample=TJSAMP_420)
 
+    def ic_som_fast(i: int) -> bytes:
+        rgb = ic.decode(shots[i % n], fast=True)
+        ic.draw_som(rgb, boxes)
+        return ic.encode(rgb, QUALITY, fast=True)
+
+    def tj_som_fast(i: int) -> bytes:
+        rgb = tj.decode(shots[i % n], pixel_format=TJPF_RGB, flags=fast)
+        ic.draw_som(rgb, boxes)
+        return tj.encode(rgb, quality=QUALITY, pixel_format=TJPF_RGB, jpeg_subsample=TJSAMP_420, flags=TJFLAG_FASTDCT)
+
+    def pil_decode_resize(i: int) -> np.ndarray:
+        im = Image.open(io.BytesIO(shots[i % n]))
+        im = im if im.mode == "RGB" else im.convert("RGB")
+        return np.asarray(im.resize((tw, th), Image.Resampling.BILINEAR))
+
     cases: dict[str, dict[str, Callable[[int], object]]] = {
         "decode": {
             "imgcodec": lambda i: ic.decode(shots[i % n]),
@@ -154,7 +174,12 @@ def build_cases(shots: list[bytes]) -> dict[str, dict[str, Callable[[int], objec
         "imgcodec": lambda i: ic.resize(rgbs[i % n], tw, th),
         "pillow": lambda i: np.asarray(Image.fromarray(rgbs[i % n]).resize((tw, th), Image.Resampling.BILINEAR)),
     }
+    cases["decode_resize"] = {
+        "imgcodec": lambda i: ic.resize(ic.decode(shots[i % n]), tw, th),
+        "pillow": pil_decode_resize,
+    }
     cases["som_pipeline"] = {"imgcodec": ic_som, "pyturbojpeg": tj_som, "pillow": pil_som}
+    cases["som_fast"] = {"imgcodec": ic_som_fast, "pyturbojpeg": tj_som_fast, "pillow": pil_som}
     cases["frame_diff"] = {
         "imgcodec": lambda i: ic.frame_diff(shots[i % n], shots[(i + 1) % n]),
         "pyturbojpeg": lambda i: _diff_np(

@@ -194,6 +194,20 @@ def test_encode_quality_changes_size() -> None:
     assert len(encode(PAGE, quality=30)) < len(encode(PAGE, quality=95))
 
 
+def test_encode_fast_dct() -> None:
+    img = smooth_image(240, 320)
+    slow, fast = encode(img, quality=90), encode(img, quality=90, fast=True)
+    assert fast[:2] == b"\xff\xd8" and fast[-2:] == b"\xff\xd9"
+    assert psnr(img, decode(fast)) >= 30.0
+    assert psnr(img, pil_decode(fast)) >= 30.0
+    assert psnr(decode(slow), decode(fast)) >= 35.0
+    # the SoM fast path: fast decode, fast encode
+    page = decode(encode(PAGE, quality=80, fast=True), fast=True)
+    assert page.shape == PAGE.shape and mad(page, PAGE) < 4.0
+    with pytest.raises(TypeError):
+        ic._core.encode(img, 320, 240, 90, "420", True)  # fast is keyword-only
+
+
 # --------------------------------------------------------------------------- frame_diff
 
 

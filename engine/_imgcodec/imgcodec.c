@@ -4,9 +4,9 @@
  *
  *   jpeg_size(buf)                               -> (width, height)
  *   decode(buf, scale=1)                         -> (bytearray RGB, width, height)
- *   encode(buf, width, height, quality=80, subsampling="420") -> bytes
+ *   encode(buf, width, height, quality=80, subsampling="420", *, fast=False) -> bytes
  *   frame_diff(a, b, scale=4, threshold=16)      -> (changed_fraction, mean_abs_diff)
- *   resize(src, w, h, dst, out_w, out_h)         -> None (area average down, bilinear up)
+ *   resize(src, w, h, dst, out_w, out_h)         -> None (area average down, bilinear up; fixed point)
  *   draw_som(img, w, h, boxes, palette, font, ...) -> None (Set-of-Marks overlay, in place)
  *
  * Design notes
@@ -33,6 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #ifndef TJFLAG_LIMITSCANS /* libjpeg-turbo < 2.1 */
 #define TJFLAG_LIMITSCANS 0
@@ -364,24 +367,25 @@ static int parse_subsampling(const char *s)
 }
 
 PyDoc_STRVAR(encode_doc,
-             "encode(buf, width, height, quality=80, subsampling=\"420\")\n--\n\n"
+             "encode(buf, width, height, quality=80, subsampling=\"420\", *, fast=False)\n--\n\n"
              "Encode packed RGB (exactly width*height*3 bytes, row-major) to JPEG bytes.\n"
-             "subsampling: \"444\", \"422\", \"420\", \"440\", \"411\" or \"gray\".");
+             "subsampling: \"444\", \"422\", \"420\", \"440\", \"411\" or \"gray\".\n"
+             "fast=True uses the fast integer forward DCT (slightly less accurate).");
 
 static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"buf", "width", "height", "quality", "subsampling", NULL};
+    static char *kwlist[] = {"buf", "width", "height", "quality", "subsampling", "fast", NULL};
     Py_buffer buf;
-    int width = 0, height = 0, quality = 80, subsamp;
+    int width = 0, height = 0, quality = 80, subsamp, fast = 0;
     const char *subs = "420";
     status_t st = {0};
     unsigned char *jpeg = NULL;
     unsigned long jpeg_len = 0;
     PyObject *out;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ii|is:encode", kwlist, &buf, &width, &height,
-                                     &quality, &subs))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ii|is$p:encode", kwlist, &buf, &width, &height,
+                                     &quality, &subs, &fast))
         return NULL;
     if (width <= 0 || height <= 0 || width > 65500 || height > 65500) { /* libjpeg's JPEG_MAX_DIMENSION */
         PyErr_Format(PyExc_ValueError, "width and height must be in 1..65500 (got %dx%d)", width, height);
@@ -412,7 +416,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kwargs)
     thread_ctx *c = ctx_get(&st);
     tjhandle th = c ? ctx_encoder(c, &st) : NULL;
     if (th && tjCompress2(th, (const unsigned char *)buf.buf, width, width * 3, height, TJPF_RGB, &jpeg,
-                          &jpeg_len, subsamp, quality, 0) != 0) {
+                          &jpeg_len, subsamp, quality, fast ? TJFLAG_FASTDCT : 0) != 0) {
         st_set(&st, ST_CODEC, "JPEG encode failed: %s", tj_err(th));
         tjDestroy(th); /* do not reuse a compressor left in an unknown state */
         c->enc = NULL;
@@ -574,11 +578,20 @@ static PyObject *py_frame_diff(PyObject *self, PyObject *args, PyObject *kwargs)
 /* resize                                                                     */
 /* ------------------------------------------------------------------------- */
 
+/* Fixed-point resize. Weights are 14-bit (each output's weights sum to exactly 1 << RS_WBITS), the
+   horizontal pass keeps 8 fractional bits in uint16 rows (<= 255 << 8), and the vertical pass
+   accumulates uint16 * weight products in int32 (<= 65280 << 14 < 2^31), rounding at the end. The
+   horizontally filtered rows live in a small ring (one row per vertical tap): no full-image buffer. */
+#define RS_WBITS 14
+#define RS_ONE (1 << RS_WBITS)
+#define RS_HSHIFT 6                      /* 14-bit weights * 8-bit pixels -> 8 fractional bits */
+#define RS_VSHIFT (RS_WBITS + RS_WBITS - RS_HSHIFT) /* 22 */
+
 /* Per output sample along one axis: the first contributing source index, how many, and weights. */
 typedef struct {
     int *start;
     int *count;
-    float *w; /* count[i] weights for output i, at offset i * maxn */
+    int32_t *w; /* count[i] weights for output i, at offset i * maxn; they sum to RS_ONE */
     int maxn;
 } axis_t;
 
@@ -592,7 +605,8 @@ static void axis_free(axis_t *a)
 }
 
 /* Downscale (n_out < n_in): exact box filter, output i covers [i*s, (i+1)*s) with s = n_in/n_out and
-   fractional weights at the ends. Otherwise bilinear with half-pixel centres, edges clamped. */
+   fractional weights at the ends. Otherwise bilinear with half-pixel centres, edges clamped.
+   Weights are rounded to RS_WBITS bits; the largest absorbs the rounding so the sum is exact. */
 static int axis_init(axis_t *a, int n_in, int n_out)
 {
     double s = (double)n_in / (double)n_out;
@@ -600,123 +614,215 @@ static int axis_init(axis_t *a, int n_in, int n_out)
     a->maxn = maxn;
     a->start = (int *)malloc(sizeof(int) * (size_t)n_out);
     a->count = (int *)malloc(sizeof(int) * (size_t)n_out);
-    a->w = (float *)malloc(sizeof(float) * (size_t)n_out * (size_t)maxn);
+    a->w = (int32_t *)calloc((size_t)n_out * (size_t)maxn, sizeof(int32_t));
     if (!a->start || !a->count || !a->w) {
         axis_free(a);
         return -1;
     }
     for (int i = 0; i < n_out; i++) {
-        float *w = a->w + (size_t)i * (size_t)maxn;
+        int32_t *w = a->w + (size_t)i * (size_t)maxn;
         if (n_out < n_in) {
             /* Integer arithmetic for the bounds: [i*n_in, (i+1)*n_in) in units of 1/n_out pixels. */
             int64_t lo = (int64_t)i * n_in, hi = (int64_t)(i + 1) * n_in;
             int j0 = (int)(lo / n_out), j1 = (int)((hi + n_out - 1) / n_out); /* [j0, j1) */
-            int n = 0;
+            int n = 0, big = 0;
+            int32_t sum = 0;
             if (j1 > n_in)
                 j1 = n_in;
             for (int j = j0; j < j1 && n < maxn; j++) {
                 int64_t a0 = (int64_t)j * n_out, a1 = (int64_t)(j + 1) * n_out;
                 int64_t ov = (a1 < hi ? a1 : hi) - (a0 > lo ? a0 : lo);
-                w[n++] = (float)((double)ov / (double)n_in);
+                w[n] = (int32_t)((ov * RS_ONE + n_in / 2) / n_in);
+                sum += w[n];
+                if (w[n] > w[big])
+                    big = n;
+                n++;
             }
+            w[big] += RS_ONE - sum;
             a->start[i] = j0;
             a->count[i] = n;
         } else {
             double x = ((double)i + 0.5) * s - 0.5;
             int j0;
-            double f;
+            int32_t f;
             if (x < 0)
                 x = 0;
             j0 = (int)x; /* x >= 0: truncation is floor */
             if (j0 >= n_in - 1) {
                 a->start[i] = n_in - 1;
                 a->count[i] = 1;
-                w[0] = 1.0f;
+                w[0] = RS_ONE;
                 continue;
             }
-            f = x - j0;
+            f = (int32_t)((x - j0) * RS_ONE + 0.5);
             a->start[i] = j0;
             a->count[i] = 2;
-            w[0] = (float)(1.0 - f);
-            w[1] = (float)f;
+            w[0] = RS_ONE - f;
+            w[1] = f;
         }
     }
     return 0;
 }
 
+/* One output pixel of the horizontal pass (any tap count), 8 fractional bits. */
+static inline void resize_hpix(const unsigned char *p, const int32_t *w, int n, uint16_t *o)
+{
+    int32_t r, g, b;
+    if (n == 2) { /* bilinear: the common upscale case */
+        r = w[0] * p[0] + w[1] * p[3];
+        g = w[0] * p[1] + w[1] * p[4];
+        b = w[0] * p[2] + w[1] * p[5];
+    } else if (n == 3) {
+        r = w[0] * p[0] + w[1] * p[3] + w[2] * p[6];
+        g = w[0] * p[1] + w[1] * p[4] + w[2] * p[7];
+        b = w[0] * p[2] + w[1] * p[5] + w[2] * p[8];
+    } else {
+        r = g = b = 0;
+        for (int k = 0; k < n; k++, p += 3) {
+            r += w[k] * p[0];
+            g += w[k] * p[1];
+            b += w[k] * p[2];
+        }
+    }
+    o[0] = (uint16_t)((r + (1 << (RS_HSHIFT - 1))) >> RS_HSHIFT);
+    o[1] = (uint16_t)((g + (1 << (RS_HSHIFT - 1))) >> RS_HSHIFT);
+    o[2] = (uint16_t)((b + (1 << (RS_HSHIFT - 1))) >> RS_HSHIFT);
+}
+
+/* One source row -> wo * 3 uint16 values with 8 fractional bits. With SSE2 and wv (per output
+   pixel the int16 weights {w0, w1, w0, w1, w0, w1, 0, 0}), two-tap pixels take one pmaddwd; this
+   path reads 4 bytes at p + 3 (so it is skipped where that would pass src_end) and stores 4 uint16
+   at o (so each ring row has slack after it). */
+static void resize_hrow(const unsigned char *restrict row, const axis_t *ax, const int16_t *wv, int wo,
+                        uint16_t *restrict o, const unsigned char *src_end)
+{
+    const int maxn = ax->maxn;
+#if defined(__SSE2__)
+    if (wv) {
+        const __m128i bias = _mm_set1_epi32((1 << (RS_HSHIFT - 1)) - (1 << (RS_HSHIFT + 15)));
+        const __m128i flip = _mm_set1_epi16((short)0x8000);
+        const __m128i zero = _mm_setzero_si128();
+        for (int x = 0; x < wo; x++, o += 3) {
+            const unsigned char *p = row + (size_t)ax->start[x] * 3u;
+            int32_t a, b;
+            __m128i v, s;
+            if (ax->count[x] != 2 || src_end - p < 7) {
+                resize_hpix(p, ax->w + (size_t)x * (size_t)maxn, ax->count[x], o);
+                continue;
+            }
+            memcpy(&a, p, 4);
+            memcpy(&b, p + 3, 4);
+            v = _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(a), zero),
+                                   _mm_unpacklo_epi8(_mm_cvtsi32_si128(b), zero)); /* r0 r1 g0 g1 b0 b1 . . */
+            s = _mm_madd_epi16(v, _mm_loadu_si128((const __m128i *)(wv + (size_t)x * 8u)));
+            /* (s + half) >> 6 is in 0..65280: shift it by -32768 to pack with signed saturation. */
+            s = _mm_srai_epi32(_mm_add_epi32(s, bias), RS_HSHIFT);
+            s = _mm_xor_si128(_mm_packs_epi32(s, s), flip);
+            _mm_storel_epi64((__m128i *)(void *)o, s);
+        }
+        return;
+    }
+#else
+    (void)wv;
+    (void)src_end;
+#endif
+    for (int x = 0; x < wo; x++, o += 3)
+        resize_hpix(row + (size_t)ax->start[x] * 3u, ax->w + (size_t)x * (size_t)maxn, ax->count[x], o);
+}
+
 static int resize_rgb(const unsigned char *src, int wi, int hi, unsigned char *dst, int wo, int ho, status_t *st)
 {
     axis_t ax = {0}, ay = {0};
-    float *tmp = NULL;
-    int rc = -1;
+    uint16_t *ring = NULL;
+    int32_t *acc = NULL;
+    int *ring_row = NULL;
+    int16_t *wv = NULL;
+    int rc = -1, nring;
+    const size_t rowlen = (size_t)wo * 3u, stride = rowlen + 4u; /* slack for the SSE2 store */
+    const unsigned char *src_end = src + (size_t)wi * (size_t)hi * 3u;
     if (axis_init(&ax, wi, wo) != 0 || axis_init(&ay, hi, ho) != 0)
         goto nomem;
-    /* Horizontal pass: hi rows of wo * 3 floats. */
-    tmp = (float *)malloc(sizeof(float) * (size_t)hi * (size_t)wo * 3u);
-    if (!tmp)
+    nring = ay.maxn;
+    ring = (uint16_t *)malloc(sizeof(uint16_t) * stride * (size_t)nring);
+    ring_row = (int *)malloc(sizeof(int) * (size_t)nring);
+    acc = (int32_t *)malloc(sizeof(int32_t) * rowlen);
+    if (!ring || !ring_row || !acc)
         goto nomem;
-    for (int y = 0; y < hi; y++) {
-        const unsigned char *row = src + (size_t)y * (size_t)wi * 3u;
-        float *o = tmp + (size_t)y * (size_t)wo * 3u;
-        for (int x = 0; x < wo; x++) {
-            const float *w = ax.w + (size_t)x * (size_t)ax.maxn;
-            const unsigned char *p = row + (size_t)ax.start[x] * 3u;
-            float r = 0, g = 0, b = 0;
-            if (ax.count[x] == 2) { /* bilinear: the common upscale case */
-                o[3 * x] = w[0] * p[0] + w[1] * p[3];
-                o[3 * x + 1] = w[0] * p[1] + w[1] * p[4];
-                o[3 * x + 2] = w[0] * p[2] + w[1] * p[5];
-                continue;
-            }
-            for (int k = 0; k < ax.count[x]; k++, p += 3) {
-                r += w[k] * p[0];
-                g += w[k] * p[1];
-                b += w[k] * p[2];
-            }
-            o[3 * x] = r;
-            o[3 * x + 1] = g;
-            o[3 * x + 2] = b;
-        }
-    }
-    /* Vertical pass, row by row (cache friendly), rounding to uint8. */
-    {
-        size_t rowlen = (size_t)wo * 3u;
-        float *acc = (float *)malloc(sizeof(float) * rowlen);
-        if (!acc)
+    for (int k = 0; k < nring; k++)
+        ring_row[k] = -1;
+#if defined(__SSE2__)
+    if (ax.maxn == 2) { /* bilinear axis: int16 weight vectors for pmaddwd */
+        wv = (int16_t *)calloc((size_t)wo * 8u, sizeof(int16_t));
+        if (!wv)
             goto nomem;
-        for (int y = 0; y < ho; y++) {
-            const float *w = ay.w + (size_t)y * (size_t)ay.maxn;
-            unsigned char *o = dst + (size_t)y * rowlen;
-            const float *r0 = tmp + (size_t)ay.start[y] * rowlen;
-            const float w0 = w[0];
-            if (ay.count[y] == 2) { /* two taps: no separate accumulator pass */
-                const float *r1 = r0 + rowlen;
-                const float w1 = w[1];
+        for (int x = 0; x < wo; x++)
+            for (int c = 0; c < 3; c++) {
+                wv[8 * x + 2 * c] = (int16_t)ax.w[2 * x];
+                wv[8 * x + 2 * c + 1] = (int16_t)ax.w[2 * x + 1];
+            }
+    }
+#endif
+    for (int y = 0; y < ho; y++) {
+        const int32_t *w = ay.w + (size_t)y * (size_t)ay.maxn;
+        const int j0 = ay.start[y], n = ay.count[y];
+        const uint16_t *rows[3];
+        unsigned char *restrict o = dst + (size_t)y * rowlen;
+        /* The tap windows move forward monotonically and hold <= nring rows: slot j % nring. */
+        for (int k = 0; k < n; k++) {
+            int j = j0 + k, slot = j % nring;
+            if (ring_row[slot] != j) {
+                resize_hrow(src + (size_t)j * (size_t)wi * 3u, &ax, wv, wo, ring + (size_t)slot * stride, src_end);
+                ring_row[slot] = j;
+            }
+            if (k < 3)
+                rows[k] = ring + (size_t)slot * stride;
+        }
+        {
+            const int32_t vhalf = 1 << (RS_VSHIFT - 1);
+            if (n == 1) {
+                const uint16_t *restrict r0 = rows[0];
                 for (size_t i = 0; i < rowlen; i++)
-                    acc[i] = w0 * r0[i] + w1 * r1[i];
+                    o[i] = (unsigned char)((r0[i] + (1 << (RS_HSHIFT + 1))) >> (RS_VSHIFT - RS_WBITS));
+            } else if (n == 2) {
+                const uint16_t *restrict r0 = rows[0], *restrict r1 = rows[1];
+                const int32_t w0 = w[0], w1 = w[1];
+                for (size_t i = 0; i < rowlen; i++) {
+                    int32_t v = (w0 * (int32_t)r0[i] + w1 * (int32_t)r1[i] + vhalf) >> RS_VSHIFT;
+                    o[i] = (unsigned char)(v > 255 ? 255 : v);
+                }
+            } else if (n == 3) {
+                const uint16_t *restrict r0 = rows[0], *restrict r1 = rows[1], *restrict r2 = rows[2];
+                const int32_t w0 = w[0], w1 = w[1], w2 = w[2];
+                for (size_t i = 0; i < rowlen; i++) {
+                    int32_t v =
+                        (w0 * (int32_t)r0[i] + w1 * (int32_t)r1[i] + w2 * (int32_t)r2[i] + vhalf) >> RS_VSHIFT;
+                    o[i] = (unsigned char)(v > 255 ? 255 : v);
+                }
             } else {
                 for (size_t i = 0; i < rowlen; i++)
-                    acc[i] = w0 * r0[i];
-                for (int k = 1; k < ay.count[y]; k++) {
-                    const float *r = r0 + (size_t)k * rowlen;
-                    const float wk = w[k];
+                    acc[i] = vhalf;
+                for (int k = 0; k < n; k++) {
+                    const uint16_t *restrict r = ring + (size_t)((j0 + k) % nring) * stride;
+                    const int32_t wk = w[k];
                     for (size_t i = 0; i < rowlen; i++)
-                        acc[i] += wk * r[i];
+                        acc[i] += wk * (int32_t)r[i];
+                }
+                for (size_t i = 0; i < rowlen; i++) {
+                    int32_t v = acc[i] >> RS_VSHIFT;
+                    o[i] = (unsigned char)(v > 255 ? 255 : v);
                 }
             }
-            for (size_t i = 0; i < rowlen; i++) {
-                float v = acc[i] + 0.5f;
-                o[i] = v <= 0.0f ? 0 : v >= 255.0f ? 255 : (unsigned char)v;
-            }
         }
-        free(acc);
     }
     rc = 0;
     goto done;
 nomem:
     st_set(st, ST_NOMEM, "out of memory in resize");
 done:
-    free(tmp);
+    free(ring);
+    free(ring_row);
+    free(acc);
+    free(wv);
     axis_free(&ax);
     axis_free(&ay);
     return rc;
@@ -794,12 +900,16 @@ static void som_rect(unsigned char *img, int64_t w, int64_t y0, int64_t y1, int6
     }
 }
 
+#define SOM_PAT 768 /* fill chunk (bytes), a multiple of 3 */
+
 /* Mirrors engine/_imgcodec/_som.py:_draw_som_numpy exactly (the tests compare the two). */
 static void som_draw(unsigned char *img, int64_t w, int64_t h, const int64_t *boxes, int64_t nbox,
                      const som_style *sty)
 {
-    const unsigned a = (unsigned)sty->alpha, na = 256u - (unsigned)sty->alpha;
+    const unsigned a = (unsigned)sty->alpha;
+    const uint16_t na16 = (uint16_t)(256u - (unsigned)sty->alpha);
     const int64_t t = sty->outline;
+    uint16_t pat[SOM_PAT];
     for (int64_t b = 0; b < nbox; b++) {
         const int64_t *bx = boxes + 5 * b;
         int64_t bid = bx[0], bx0 = bx[1], by0 = bx[2], bx1 = bx[3], by1 = bx[4];
@@ -812,13 +922,19 @@ static void som_draw(unsigned char *img, int64_t w, int64_t h, const int64_t *bo
         if (x1 <= x0 || y1 <= y0)
             continue;
         col = sty->palette + 3 * (bid % sty->npal);
-        /* translucent fill */
-        for (int64_t y = y0; y < y1; y++) {
-            unsigned char *p = img + ((size_t)y * (size_t)w + (size_t)x0) * 3u;
-            for (int64_t x = x0; x < x1; x++, p += 3) {
-                p[0] = (unsigned char)((p[0] * na + col[0] * a + 128u) >> 8);
-                p[1] = (unsigned char)((p[1] * na + col[1] * a + 128u) >> 8);
-                p[2] = (unsigned char)((p[2] * na + col[2] * a + 128u) >> 8);
+        /* translucent fill, on the bytes of each row against a 3-periodic colour pattern so that it
+           vectorises; p * na + c * a + 128 <= 255 * 256 + 128 fits 16 bits */
+        {
+            const size_t n = (size_t)(x1 - x0) * 3u;
+            for (int k = 0; k < SOM_PAT; k++)
+                pat[k] = (uint16_t)(col[k % 3] * a + 128u);
+            for (int64_t y = y0; y < y1; y++) {
+                unsigned char *restrict p = img + ((size_t)y * (size_t)w + (size_t)x0) * 3u;
+                for (size_t off = 0; off < n; off += SOM_PAT, p += SOM_PAT) {
+                    const size_t m = n - off < SOM_PAT ? n - off : SOM_PAT;
+                    for (size_t i = 0; i < m; i++)
+                        p[i] = (unsigned char)((uint16_t)((uint16_t)p[i] * na16 + pat[i]) >> 8);
+                }
             }
         }
         /* outline on the edges that lie inside the image */
