@@ -25,7 +25,7 @@ system:
 $(STAMP): $(SOURCES)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
-	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench]'
 	@touch $@
 
 lint: setup
@@ -33,6 +33,7 @@ lint: setup
 
 bench: setup
 	$(PY) -m bench.ceiling
+	$(PY) -m bench.codec
 
 clean:
 	rm -rf build $(VENV)

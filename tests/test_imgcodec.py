@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import threading
 from multiprocessing import shared_memory
 
@@ -471,6 +472,197 @@ def test_decode_from_four_threads() -> None:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+# --------------------------------------------------------------------------- caller buffers (out=)
+
+
+def _needed_size(rgb: np.ndarray, subsampling: str = "420") -> int:
+    """The size encode(out=...) asks for, read from its ValueError on a 1-byte buffer."""
+    with pytest.raises(ValueError, match=r"need at least \d+") as exc:
+        encode(rgb, subsampling=subsampling, out=bytearray(1))
+    return int(re.search(r"need at least (\d+)", str(exc.value)).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("scale", ic.SCALES)
+@pytest.mark.parametrize("fast", [False, True])
+def test_decode_into_out_equals_decode(scale: int, fast: bool) -> None:
+    for jpeg in (PAGE_JPEG, SMALL_JPEG, SMALL_PIL_PROGRESSIVE):
+        ref = decode(jpeg, scale, fast=fast)
+        out = np.full(ref.shape, 7, np.uint8)
+        got = decode(jpeg, scale, fast=fast, out=out)
+        assert got is out
+        np.testing.assert_array_equal(out, ref)
+
+
+def test_decode_into_out_odd_sizes_and_buffers() -> None:
+    img = smooth_image(37, 53)
+    jpeg = encode(img, quality=90)
+    for scale in ic.SCALES:
+        shape = (math.ceil(37 / scale), math.ceil(53 / scale), 3)
+        out = np.empty(shape, np.uint8)
+        np.testing.assert_array_equal(decode(memoryview(bytearray(jpeg)), scale, out=out), decode(jpeg, scale))
+    # a view into a bigger array that is still C-contiguous (whole leading rows) is fine
+    big = np.zeros((100, 53, 3), np.uint8)
+    decode(jpeg, out=big[10:47])
+    np.testing.assert_array_equal(big[10:47], decode(jpeg))
+    assert not big[:10].any() and not big[47:].any()
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        np.empty((768, 1280, 3), np.uint16),  # wrong dtype
+        np.empty((768, 1280, 3), np.int8),  # wrong dtype, same itemsize
+        np.empty((767, 1280, 3), np.uint8),  # wrong height
+        np.empty((768, 1281, 3), np.uint8),  # wrong width
+        np.empty((1280, 768, 3), np.uint8),  # transposed: right byte count, wrong shape
+        np.empty((768, 1280, 4), np.uint8),  # RGBA
+        np.empty((768 * 1280 * 3,), np.uint8),  # flat, right byte count
+        np.empty((768, 1280 * 3), np.uint8),  # 2-D, right byte count
+        np.empty((768, 2560, 3), np.uint8)[:, ::2],  # not C-contiguous
+        np.empty((1280, 768, 3), np.uint8).transpose(1, 0, 2),  # Fortran-ish
+        bytearray(768 * 1280 * 3),  # not a numpy array
+        memoryview(bytearray(768 * 1280 * 3)),
+    ],
+)
+def test_decode_out_bad_rejected(out: object) -> None:
+    with pytest.raises(ValueError, match="out"):
+        decode(PAGE_JPEG, out=out)  # type: ignore[arg-type]
+
+
+def test_decode_out_read_only_and_wrong_scale_rejected() -> None:
+    ro = np.empty((768, 1280, 3), np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writ"):
+        decode(PAGE_JPEG, out=ro)
+    ro_buf = np.frombuffer(bytes(768 * 1280 * 3), np.uint8).reshape(768, 1280, 3)
+    with pytest.raises(ValueError, match="out"):
+        decode(PAGE_JPEG, out=ro_buf)
+    with pytest.raises(ValueError, match=r"expected \(384, 640, 3\)"):
+        decode(PAGE_JPEG, scale=2, out=np.empty((768, 1280, 3), np.uint8))
+    # the low-level check does not depend on the wrapper's checks
+    with pytest.raises(ValueError, match="out"):
+        ic._core.decode(PAGE_JPEG, out=np.empty((1280, 768, 3), np.uint8))
+    with pytest.raises(ValueError, match="out"):
+        ic._core.decode(PAGE_JPEG, out=ro)
+
+
+def test_decode_out_corrupt_input_raises_imgcodecerror() -> None:
+    out = np.empty((48, 64, 3), np.uint8)
+    with pytest.raises(ImgCodecError):
+        decode(SMALL_JPEG[: len(SMALL_JPEG) // 2], out=out)
+    with pytest.raises(ImgCodecError):
+        decode(b"", out=out)
+
+
+def test_decode_out_overlapping_input_rejected() -> None:
+    jpeg = SMALL_JPEG
+    backing = np.zeros(48 * 64 * 3 + len(jpeg), np.uint8)
+    backing[: len(jpeg)] = np.frombuffer(jpeg, np.uint8)
+    out = backing[: 48 * 64 * 3].reshape(48, 64, 3)
+    with pytest.raises(ValueError, match="overlap"):
+        decode(backing[: len(jpeg)], out=out)
+
+
+@pytest.mark.parametrize("subsampling", ic.SUBSAMPLINGS)
+@pytest.mark.parametrize("fast", [False, True])
+def test_encode_into_bytearray_matches_bytes(subsampling: str, fast: bool) -> None:
+    for img in (PAGE, SMALL, smooth_image(37, 53)):
+        ref = encode(img, 85, subsampling, fast=fast)
+        buf = bytearray(b"\xaa") * _needed_size(img, subsampling)
+        n = encode(img, 85, subsampling, fast=fast, out=buf)
+        assert type(n) is int and n == len(ref)
+        assert bytes(buf[:n]) == ref
+        assert set(buf[n:]) <= {0xAA}  # nothing written past the JPEG
+
+
+def test_encode_into_numpy_and_shared_memory() -> None:
+    ref = encode(PAGE, 80)
+    need = _needed_size(PAGE)
+    assert need >= len(ref)
+    arr = np.zeros(need + 10, np.uint8)
+    n = encode(PAGE, 80, out=arr)
+    assert arr[:n].tobytes() == ref
+
+    shm = shared_memory.SharedMemory(create=True, size=need + 4096)
+    try:
+        view = shm.buf[100 : 100 + need]
+        try:
+            n = encode(PAGE, 80, out=view)
+            assert n == len(ref)
+            assert bytes(view[:n]) == ref
+            # and the JPEG decodes straight from shared memory into a caller array
+            got = decode(view[:n], out=np.empty((768, 1280, 3), np.uint8))
+            np.testing.assert_array_equal(got, decode(ref))
+        finally:
+            view.release()
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def test_encode_out_too_small_names_size() -> None:
+    need = _needed_size(SMALL)
+    ref = encode(SMALL)
+    assert need >= len(ref)  # even though the real JPEG would fit, the worst case must
+    for size in (0, len(ref), need - 1):
+        buf = bytearray(size)
+        with pytest.raises(ValueError, match=rf"need at least {need}\b"):
+            encode(SMALL, out=buf)
+        assert buf == bytearray(size)
+    assert encode(SMALL, out=bytearray(need)) == len(ref)
+
+
+def test_encode_out_bad_buffers_rejected() -> None:
+    need = _needed_size(SMALL)
+    with pytest.raises(ValueError, match="writable"):
+        encode(SMALL, out=bytes(need))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="writable"):
+        encode(SMALL, out=memoryview(bytes(need)))
+    ro = np.zeros(need, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        encode(SMALL, out=ro)
+    with pytest.raises(ValueError, match="writable"):
+        encode(SMALL, out=np.zeros(2 * need, np.uint8)[::2])  # not contiguous
+    with pytest.raises(ValueError, match="writable"):
+        encode(SMALL, out=12345)  # type: ignore[arg-type]
+    # still validates the other arguments first
+    with pytest.raises(ValueError, match="quality"):
+        encode(SMALL, quality=0, out=bytearray(need))
+    # output overlapping the input pixels
+    backing = np.zeros(SMALL.nbytes + need, np.uint8)
+    img = backing[: SMALL.nbytes].reshape(SMALL.shape)
+    img[:] = SMALL
+    with pytest.raises(ValueError, match="overlap"):
+        encode(img, out=backing)
+
+
+def test_out_variants_from_four_threads() -> None:
+    jpegs = [encode(page_image(seed=s)) for s in range(4)]
+    refs = [decode(j, 2) for j in jpegs]
+    need = _needed_size(PAGE)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            out = np.empty_like(refs[i])
+            buf = bytearray(need)
+            for _ in range(10):
+                decode(jpegs[i], 2, out=out)
+                np.testing.assert_array_equal(out, refs[i])
+                n = encode(PAGE, out=buf)
+                assert bytes(buf[:n]) == PAGE_JPEG
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:

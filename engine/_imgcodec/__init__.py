@@ -20,7 +20,7 @@ Errors:
 from __future__ import annotations
 
 import math
-from typing import TypeAlias
+from typing import TypeAlias, overload
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def jpeg_size(buf: BytesLike) -> tuple[int, int]:
     return _core.jpeg_size(buf)
 
 
-def decode(buf: BytesLike, scale: int = 1, *, fast: bool = False) -> np.ndarray:
+def decode(buf: BytesLike, scale: int = 1, *, fast: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """Decode a JPEG to an ``(H, W, 3)`` ``uint8`` RGB array.
 
     ``scale`` (1, 2, 4 or 8) decodes at 1/scale using DCT scaling, which is much cheaper than
@@ -75,14 +75,45 @@ def decode(buf: BytesLike, scale: int = 1, *, fast: bool = False) -> np.ndarray:
     ``fast=True`` selects TurboJPEG's fast integer IDCT and non-smoothed chroma upsampling:
     ~15% faster at full size, off by a grey level or so.
 
+    ``out``, if given, must be a writable C-contiguous ``uint8`` array of exactly the output shape
+    ``(ceil(height / scale), ceil(width / scale), 3)`` not overlapping ``buf``; the image is decoded
+    straight into it (no intermediate copy) and ``out`` is returned. Its contents are unspecified
+    if decoding fails.
+
     Raises :class:`ImgCodecError` on empty/truncated/corrupt data or an image larger than
-    :data:`MAX_PIXELS`, and :class:`ValueError` for an unsupported ``scale``.
+    :data:`MAX_PIXELS`, and :class:`ValueError` for an unsupported ``scale`` or a bad ``out``.
     """
+    if out is not None:
+        if (
+            not isinstance(out, np.ndarray)
+            or out.dtype != np.uint8
+            or out.ndim != 3
+            or out.shape[2] != 3
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            desc = (
+                f"shape {out.shape} dtype {out.dtype}, c_contiguous={out.flags.c_contiguous}, "
+                f"writeable={out.flags.writeable}"
+                if isinstance(out, np.ndarray)
+                else type(out).__name__
+            )
+            raise ValueError(f"decode: out must be a writable C-contiguous (H, W, 3) uint8 array, got {desc}")
+        _core.decode(buf, scale, fast=fast, out=out)
+        return out
     data, width, height = _core.decode(buf, scale, fast=fast)
     return np.frombuffer(data, dtype=np.uint8).reshape(height, width, 3)
 
 
-def encode(rgb: np.ndarray, quality: int = 80, subsampling: str = "420", *, fast: bool = False) -> bytes:
+@overload
+def encode(
+    rgb: np.ndarray, quality: int = ..., subsampling: str = ..., *, fast: bool = ..., out: None = ...
+) -> bytes: ...
+@overload
+def encode(rgb: np.ndarray, quality: int = ..., subsampling: str = ..., *, fast: bool = ..., out: BytesLike) -> int: ...
+def encode(
+    rgb: np.ndarray, quality: int = 80, subsampling: str = "420", *, fast: bool = False, out: BytesLike | None = None
+) -> bytes | int:
     """Encode an ``(H, W, 3)`` ``uint8`` RGB array (or anything numpy can view as one) to JPEG.
 
     ``quality`` is 1..100; ``subsampling`` is one of :data:`SUBSAMPLINGS` (``"gray"`` writes a
@@ -92,8 +123,15 @@ def encode(rgb: np.ndarray, quality: int = 80, subsampling: str = "420", *, fast
     ``fast=True`` selects TurboJPEG's fast integer forward DCT (``TJFLAG_FASTDCT``): a little
     quicker, marginally less accurate output.
 
+    ``out``, if given, is a writable contiguous buffer (``bytearray``, numpy array, ``memoryview``
+    e.g. over :class:`multiprocessing.shared_memory.SharedMemory`) of at least
+    ``tjBufSize(W, H, subsampling)`` bytes (the worst-case JPEG size) not overlapping ``rgb``: the
+    JPEG is compressed straight into its start (``TJFLAG_NOREALLOC``) and the number of bytes
+    written is returned instead of ``bytes``.
+
     Raises :class:`ImgCodecError` if the input is not ``(H, W, 3)`` ``uint8``, and
-    :class:`ValueError` for a bad ``quality`` or ``subsampling``.
+    :class:`ValueError` for a bad ``quality`` or ``subsampling``, or an ``out`` that is not writable
+    or is smaller than needed (the message gives the size needed).
     """
     arr = np.asarray(rgb)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
@@ -102,7 +140,9 @@ def encode(rgb: np.ndarray, quality: int = 80, subsampling: str = "420", *, fast
         )
     arr = np.ascontiguousarray(arr)
     height, width = int(arr.shape[0]), int(arr.shape[1])
-    return _core.encode(arr, width, height, quality, subsampling, fast=fast)
+    if out is None:
+        return _core.encode(arr, width, height, quality, subsampling, fast=fast)
+    return _core.encode(arr, width, height, quality, subsampling, fast=fast, out=out)
 
 
 def frame_diff(a: BytesLike, b: BytesLike, scale: int = 4, threshold: int = 16) -> tuple[float, float]:

@@ -3,8 +3,8 @@
  * (libjpeg-turbo 2.1).
  *
  *   jpeg_size(buf)                               -> (width, height)
- *   decode(buf, scale=1)                         -> (bytearray RGB, width, height)
- *   encode(buf, width, height, quality=80, subsampling="420", *, fast=False) -> bytes
+ *   decode(buf, scale=1, *, fast=False, out=None) -> (bytearray RGB or out, width, height)
+ *   encode(buf, width, height, quality=80, subsampling="420", *, fast=False, out=None) -> bytes | int
  *   frame_diff(a, b, scale=4, threshold=16)      -> (changed_fraction, mean_abs_diff)
  *   resize(src, w, h, dst, out_w, out_h)         -> None (area average down, bilinear up; fixed point)
  *   draw_som(img, w, h, boxes, palette, font, ...) -> None (Set-of-Marks overlay, in place)
@@ -288,28 +288,55 @@ static PyObject *py_jpeg_size(PyObject *self, PyObject *arg)
 /* ------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(decode_doc,
-             "decode(buf, scale=1, *, fast=False)\n--\n\n"
+             "decode(buf, scale=1, *, fast=False, out=None)\n--\n\n"
              "Decode a JPEG to packed RGB at 1/scale (scale in 1, 2, 4, 8; DCT scaling).\n"
              "fast=True uses the fast integer IDCT and plain upsampling (slightly less accurate).\n"
-             "Returns (bytearray, width, height); the bytearray holds height*width*3 bytes.");
+             "Returns (bytearray, width, height); the bytearray holds height*width*3 bytes.\n"
+             "out, if given, must be a writable C-contiguous uint8 buffer of shape (height, width, 3)\n"
+             "(e.g. a numpy array) not overlapping buf; the image is decoded straight into it and\n"
+             "(out, width, height) is returned. ValueError otherwise.");
+
+static int buffers_overlap(const Py_buffer *a, const Py_buffer *b)
+{
+    return (const char *)a->buf < (const char *)b->buf + b->len &&
+           (const char *)b->buf < (const char *)a->buf + a->len;
+}
 
 static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"buf", "scale", "fast", NULL};
-    Py_buffer buf;
-    int scale = 1, fast = 0;
+    static char *kwlist[] = {"buf", "scale", "fast", "out", NULL};
+    Py_buffer buf, obuf;
+    int scale = 1, fast = 0, have_obuf = 0;
     status_t st = {0};
     int w = 0, h = 0, sw = 0, sh = 0;
     size_t nbytes = 0;
     thread_ctx *c = NULL;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *out_arg = Py_None;
+    unsigned char *dst = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|i$p:decode", kwlist, &buf, &scale, &fast))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|i$pO:decode", kwlist, &buf, &scale, &fast, &out_arg))
         return NULL;
     if (!valid_scale(scale)) {
         PyBuffer_Release(&buf);
         return bad_scale(scale);
+    }
+    if (out_arg != Py_None) {
+        if (PyObject_GetBuffer(out_arg, &obuf, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "decode: out must be a writable C-contiguous uint8 array");
+            goto fail_py;
+        }
+        have_obuf = 1;
+        if (obuf.itemsize != 1 || (obuf.format && strcmp(obuf.format, "B") != 0) || obuf.ndim != 3 ||
+            !obuf.shape || obuf.shape[2] != 3) {
+            PyErr_SetString(PyExc_ValueError, "decode: out must be a writable C-contiguous (H, W, 3) uint8 array");
+            goto fail_py;
+        }
+        if (buffers_overlap(&buf, &obuf)) {
+            PyErr_SetString(PyExc_ValueError, "decode: out overlaps the input buffer");
+            goto fail_py;
+        }
     }
 
     Py_BEGIN_ALLOW_THREADS
@@ -320,21 +347,35 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwargs)
     if (st.kind != ST_OK)
         goto fail;
 
-    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)nbytes);
-    if (!out)
-        goto fail_py;
-
-    {
-        unsigned char *dst = (unsigned char *)PyByteArray_AS_STRING(out);
-        /* Same thread, same context: it is only ever used by its own thread. */
-        Py_BEGIN_ALLOW_THREADS
-        decode_into(c, &buf, dst, sw, sh, fast ? TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE : 0, &st, "");
-        Py_END_ALLOW_THREADS
+    if (have_obuf) {
+        if (obuf.shape[0] != (Py_ssize_t)sh || obuf.shape[1] != (Py_ssize_t)sw ||
+            (size_t)obuf.len != nbytes) {
+            PyErr_Format(PyExc_ValueError,
+                         "decode: out has shape (%zd, %zd, %zd), expected (%d, %d, 3) for this image at scale %d",
+                         obuf.shape[0], obuf.shape[1], obuf.shape[2], sh, sw, scale);
+            goto fail_py;
+        }
+        out = out_arg;
+        Py_INCREF(out);
+        dst = (unsigned char *)obuf.buf;
+    } else {
+        out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)nbytes);
+        if (!out)
+            goto fail_py;
+        dst = (unsigned char *)PyByteArray_AS_STRING(out);
     }
+
+    /* Same thread, same context: it is only ever used by its own thread. dst holds exactly
+       sh * sw * 3 bytes (checked above for out). */
+    Py_BEGIN_ALLOW_THREADS
+    decode_into(c, &buf, dst, sw, sh, fast ? TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE : 0, &st, "");
+    Py_END_ALLOW_THREADS
     if (st.kind != ST_OK)
         goto fail;
 
     PyBuffer_Release(&buf);
+    if (have_obuf)
+        PyBuffer_Release(&obuf);
     return Py_BuildValue("(Nii)", out, sw, sh);
 
 fail:
@@ -342,6 +383,8 @@ fail:
 fail_py:
     Py_XDECREF(out);
     PyBuffer_Release(&buf);
+    if (have_obuf)
+        PyBuffer_Release(&obuf);
     return NULL;
 }
 
@@ -367,25 +410,28 @@ static int parse_subsampling(const char *s)
 }
 
 PyDoc_STRVAR(encode_doc,
-             "encode(buf, width, height, quality=80, subsampling=\"420\", *, fast=False)\n--\n\n"
+             "encode(buf, width, height, quality=80, subsampling=\"420\", *, fast=False, out=None)\n--\n\n"
              "Encode packed RGB (exactly width*height*3 bytes, row-major) to JPEG bytes.\n"
              "subsampling: \"444\", \"422\", \"420\", \"440\", \"411\" or \"gray\".\n"
-             "fast=True uses the fast integer forward DCT (slightly less accurate).");
+             "fast=True uses the fast integer forward DCT (slightly less accurate).\n"
+             "out, if given, is a writable contiguous buffer of at least tjBufSize(width, height,\n"
+             "subsampling) bytes, not overlapping buf: the JPEG is written straight into it\n"
+             "(TJFLAG_NOREALLOC) and the number of bytes written is returned.");
 
 static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"buf", "width", "height", "quality", "subsampling", "fast", NULL};
-    Py_buffer buf;
-    int width = 0, height = 0, quality = 80, subsamp, fast = 0;
+    static char *kwlist[] = {"buf", "width", "height", "quality", "subsampling", "fast", "out", NULL};
+    Py_buffer buf, obuf;
+    int width = 0, height = 0, quality = 80, subsamp, fast = 0, have_obuf = 0, flags;
     const char *subs = "420";
     status_t st = {0};
     unsigned char *jpeg = NULL;
     unsigned long jpeg_len = 0;
-    PyObject *out;
+    PyObject *out, *out_arg = Py_None;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ii|is$p:encode", kwlist, &buf, &width, &height,
-                                     &quality, &subs, &fast))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ii|is$pO:encode", kwlist, &buf, &width, &height,
+                                     &quality, &subs, &fast, &out_arg))
         return NULL;
     if (width <= 0 || height <= 0 || width > 65500 || height > 65500) { /* libjpeg's JPEG_MAX_DIMENSION */
         PyErr_Format(PyExc_ValueError, "width and height must be in 1..65500 (got %dx%d)", width, height);
@@ -411,12 +457,41 @@ static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kwargs)
             goto fail_py;
         }
     }
+    flags = fast ? TJFLAG_FASTDCT : 0;
+    if (out_arg != Py_None) {
+        unsigned long need = tjBufSize(width, height, subsamp);
+        if (PyObject_GetBuffer(out_arg, &obuf, PyBUF_WRITABLE) != 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "encode: out must be a writable contiguous buffer");
+            goto fail_py;
+        }
+        have_obuf = 1;
+        if (need == (unsigned long)-1) {
+            PyErr_Format(PyExc_ValueError, "encode: tjBufSize failed: %s", tj_err(NULL));
+            goto fail_py;
+        }
+        if ((uint64_t)obuf.len < (uint64_t)need) {
+            PyErr_Format(PyExc_ValueError,
+                         "encode: out buffer too small: %zd bytes, need at least %lu (tjBufSize for %dx%d, "
+                         "subsampling '%.10s')",
+                         obuf.len, need, width, height, subs);
+            goto fail_py;
+        }
+        if (buffers_overlap(&buf, &obuf)) {
+            PyErr_SetString(PyExc_ValueError, "encode: out overlaps the input buffer");
+            goto fail_py;
+        }
+        /* TurboJPEG writes at most tjBufSize(...) <= obuf.len bytes and never reallocates. */
+        jpeg = (unsigned char *)obuf.buf;
+        jpeg_len = need;
+        flags |= TJFLAG_NOREALLOC;
+    }
 
     Py_BEGIN_ALLOW_THREADS
     thread_ctx *c = ctx_get(&st);
     tjhandle th = c ? ctx_encoder(c, &st) : NULL;
     if (th && tjCompress2(th, (const unsigned char *)buf.buf, width, width * 3, height, TJPF_RGB, &jpeg,
-                          &jpeg_len, subsamp, quality, fast ? TJFLAG_FASTDCT : 0) != 0) {
+                          &jpeg_len, subsamp, quality, flags) != 0) {
         st_set(&st, ST_CODEC, "JPEG encode failed: %s", tj_err(th));
         tjDestroy(th); /* do not reuse a compressor left in an unknown state */
         c->enc = NULL;
@@ -424,6 +499,17 @@ static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
 
+    if (have_obuf) {
+        Py_ssize_t olen = obuf.len;
+        PyBuffer_Release(&obuf);
+        if (st.kind != ST_OK)
+            return st_raise(&st);
+        if ((uint64_t)jpeg_len > (uint64_t)olen) { /* cannot happen with TJFLAG_NOREALLOC */
+            PyErr_SetString(PyExc_RuntimeError, "encode: TurboJPEG reported more bytes than the out buffer holds");
+            return NULL;
+        }
+        return PyLong_FromUnsignedLong(jpeg_len);
+    }
     if (st.kind != ST_OK) {
         tjFree(jpeg);
         return st_raise(&st);
@@ -438,6 +524,8 @@ static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kwargs)
 
 fail_py:
     PyBuffer_Release(&buf);
+    if (have_obuf)
+        PyBuffer_Release(&obuf);
     return NULL;
 }
 
