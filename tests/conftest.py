@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import uvloop
 from browserpool.pool import BrowserPool, BrowserSession, Frame, PoolConfig
 from browserpool.protocol import Observation
 from engine.sites.server import SiteServer
+from engine.tasks import BUNDLED_TASKS
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 
@@ -96,3 +98,17 @@ def open_page(pool: BrowserPool, fixture_url: Callable[[str], str]) -> Callable[
         url = page if "://" in page or page.startswith("about:") else fixture_url(page)
         return open_session(pool, url)
     return opener
+
+
+def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:
+    """The first ``per_site`` bundled tasks of each site with at most ``max_len`` solution steps, as a task file."""
+    by_site: dict[str, list[dict]] = {}
+    for line in BUNDLED_TASKS.read_text().splitlines():
+        rec = json.loads(line)
+        site = rec["website"].split("/")[1]
+        if len(rec["reference_solution"]) <= max_len:
+            by_site.setdefault(site, []).append(rec)
+    chosen = [r for recs in by_site.values() for r in recs[:per_site]]
+    path = tmp_path / "subset.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in chosen) + "\n")
+    return path

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.stats import SUMMARY_KEYS
-from tests.test_engine import subset
+from tests.conftest import subset
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -14,8 +14,8 @@ from engine._imgcodec import jpeg_size
 from engine.runner import RunConfig, run
 from engine.sites.server import SiteServer
 from engine.store import read_records
-from engine.tasks import BUNDLED_TASKS
 from policy.registry import make_policy
+from tests.conftest import subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -24,20 +24,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 def sites() -> Iterator[str]:
     with SiteServer() as server:
         yield server.base_url
-
-
-def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:
-    """The shortest few bundled tasks of each site, as a task file."""
-    by_site: dict[str, list[dict]] = {}
-    for line in BUNDLED_TASKS.read_text().splitlines():
-        rec = json.loads(line)
-        site = rec["website"].split("/")[1]
-        if len(rec["reference_solution"]) <= max_len:
-            by_site.setdefault(site, []).append(rec)
-    chosen = [r for recs in by_site.values() for r in recs[:per_site]]
-    path = tmp_path / "subset.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in chosen) + "\n")
-    return path
 
 
 def config(tmp_path: Path, tasks: Path, **kw: object) -> RunConfig:
