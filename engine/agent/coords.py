@@ -1,0 +1,232 @@
+"""Mapping ``computer_use`` tool calls to :class:`AgentAction` in viewport CSS pixels.
+
+Two coordinate frames exist: Qwen3-VL's ``grid`` (0..1000 on both axes, ``x_css = round(W * x / 1000)``)
+and Qwen2.5-VL / UI-TARS ``pixels`` (absolute pixels on the ``smart_resize``'d screenshot, scaled by
+``W / resized_w`` and ``H / resized_h``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from engine._imgcodec import QWEN3_VL, smart_resize
+from engine.actions import AgentAction
+
+from .parser import parse_reply
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_ACTION_ALIASES = {"key": "keypress", "click": "left_click"}
+
+
+@dataclass(frozen=True)
+class CoordFrame:
+    """How a model's coordinates relate to the viewport.
+
+    ``mode`` is ``"grid"`` (0..1000) or ``"pixels"`` (the resized image); ``width``/``height`` are the
+    viewport's CSS size; ``resized_width``/``resized_height`` the image size the model saw (required
+    for ``pixels``, optional for ``grid`` where it only feeds :func:`describe_frames`).
+    """
+
+    mode: str
+    width: int
+    height: int
+    resized_width: int | None = None
+    resized_height: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("grid", "pixels"):
+            raise ValueError(f"unknown coordinate mode {self.mode!r}; expected 'grid' or 'pixels'")
+        if self.width <= 0 or self.height <= 0:
+            raise ValueError(f"viewport size must be positive, got {self.width}x{self.height}")
+        if self.mode == "pixels" and not (self.resized_width and self.resized_height):
+            raise ValueError("pixels mode needs resized_width and resized_height")
+
+    @classmethod
+    def grid(cls, width: int, height: int, **resize: int) -> CoordFrame:
+        """Qwen3-VL 0..1000 grid; the recorded image size is ``smart_resize(height, width, **resize)``
+        (Qwen3-VL's parameters by default); it only feeds :func:`describe_frames`."""
+        rh, rw = smart_resize(height, width, **(resize or QWEN3_VL))
+        return cls("grid", width, height, rw, rh)
+
+    @classmethod
+    def pixels(cls, width: int, height: int, **resize: int) -> CoordFrame:
+        """Absolute pixels on the screenshot after ``smart_resize(height, width, **resize)``."""
+        rh, rw = smart_resize(height, width, **resize)
+        return cls("pixels", width, height, rw, rh)
+
+    @property
+    def model_size(self) -> tuple[float, float]:
+        """The extent of the model's coordinate space."""
+        if self.mode == "grid":
+            return 1000.0, 1000.0
+        return float(self.resized_width), float(self.resized_height)  # type: ignore[arg-type]
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, str):
+        nums: list[Any] = _NUMBER.findall(value)
+    elif isinstance(value, (list, tuple)):
+        nums = list(value)
+        if len(nums) == 2 and all(isinstance(v, (list, tuple)) for v in nums):  # [[x0, y0], [x1, y1]]
+            nums = [*nums[0], *nums[1]]
+    else:
+        raise ValueError(f"coordinate must be a list of numbers, got {type(value).__name__}")
+    out: list[float] = []
+    for v in nums:
+        if isinstance(v, bool):
+            raise ValueError("coordinate contains a boolean")
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"coordinate contains a non-number {v!r}") from None
+        if not math.isfinite(f):
+            raise ValueError(f"coordinate contains a non-finite number {v!r}")
+        out.append(f)
+    if len(out) not in (2, 4):
+        raise ValueError(f"coordinate must have 2 numbers (or 4 for a box), got {len(out)}")
+    return out
+
+
+def map_point(coordinate: Any, frame: CoordFrame) -> tuple[tuple[int, int], dict[str, Any], list[str]]:
+    """``((x_css, y_css), frames, warnings)`` for a model coordinate; raises ValueError when invalid."""
+    nums = _numbers(coordinate)
+    warnings: list[str] = []
+    if len(nums) == 4:
+        x0, y0, x1, y1 = nums
+        x, y = (x0 + x1) / 2, (y0 + y1) / 2
+        warnings.append("box coordinate mapped to its centre")
+    else:
+        x, y = nums
+    mw, mh = frame.model_size
+    cx, cy = min(max(x, 0.0), mw), min(max(y, 0.0), mh)
+    if (cx, cy) != (x, y):
+        warnings.append(f"coordinate clamped: ({x:g}, {y:g}) outside 0..{mw:g} x 0..{mh:g}")
+    css_x = min(max(round(frame.width * cx / mw), 0), frame.width - 1)
+    css_y = min(max(round(frame.height * cy / mh), 0), frame.height - 1)
+    frames: dict[str, Any] = {"model": [x, y], "mode": frame.mode}
+    if frame.mode == "pixels":
+        frames["screenshot_px"] = [cx, cy]
+    elif frame.resized_width and frame.resized_height:
+        frames["screenshot_px"] = [round(frame.resized_width * cx / 1000), round(frame.resized_height * cy / 1000)]
+    else:
+        frames["screenshot_px"] = None
+    frames["css_px"] = [css_x, css_y]
+    return (css_x, css_y), frames, warnings
+
+
+def describe_frames(coordinate: Any, frame: CoordFrame) -> dict[str, Any]:
+    """``{"model": [x, y], "screenshot_px": [...], "css_px": [...], "mode": ...}`` for one coordinate."""
+    return map_point(coordinate, frame)[1]
+
+
+def _text(args: dict[str, Any], key: str, action: str, *, allow_empty: bool = False) -> str:
+    value = args.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise ValueError(f"{action} needs a non-empty string {key!r}, got {value!r}")
+    return value
+
+
+def _to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
+    if not isinstance(call, dict):
+        raise ValueError(f"tool call must be a dict, got {type(call).__name__}")
+    name = call.get("name", "computer_use")
+    if name != "computer_use":
+        raise ValueError(f"unknown tool {name!r}; expected 'computer_use'")
+    args = call.get("arguments")
+    if not isinstance(args, dict):
+        raise ValueError("tool call has no 'arguments' object")
+    action = args.get("action")
+    if not isinstance(action, str) or not action:
+        raise ValueError(f"missing or invalid 'action': {action!r}")
+    action = _ACTION_ALIASES.get(action, action)
+    warnings: list[str] = []
+    frames: dict[str, Any] | None = None
+
+    def point(required: bool) -> tuple[int | None, int | None]:
+        nonlocal frames
+        coord = args.get("coordinate")
+        if coord is None:
+            if required:
+                raise ValueError(f"{action} needs a 'coordinate'")
+            return None, None
+        (x, y), frames, w = map_point(coord, frame)
+        warnings.extend(w)
+        return x, y
+
+    if action in ("left_click", "hover"):
+        x, y = point(True)
+        act = AgentAction(action, x=x, y=y)
+    elif action == "type":
+        text = _text(args, "text", action, allow_empty=True)
+        x, y = point(False)
+        act = AgentAction("type", x=x, y=y, text=text)
+    elif action == "scroll":
+        direction = args.get("direction")
+        if direction not in ("up", "down"):
+            raise ValueError(f"scroll needs direction 'up' or 'down', got {direction!r}")
+        x, y = point(False)
+        act = AgentAction("scroll", x=x, y=y, direction=direction)
+    elif action == "wait":
+        t = args.get("time", args.get("seconds"))
+        seconds: float | None = None
+        if t is not None:
+            try:
+                seconds = float(t)
+            except (TypeError, ValueError):
+                raise ValueError(f"wait 'time' must be a number, got {t!r}") from None
+            if isinstance(t, bool) or not math.isfinite(seconds) or seconds < 0:
+                raise ValueError(f"wait 'time' must be a finite number >= 0, got {t!r}")
+        act = AgentAction("wait", seconds=seconds)
+    elif action == "go_back":
+        act = AgentAction("go_back")
+    elif action == "navigate":
+        act = AgentAction("navigate", url=_text(args, "url", action).strip())
+    elif action == "answer":
+        act = AgentAction("answer", text=_text(args, "text", action, allow_empty=True))
+    elif action == "keypress":
+        keys = args.get("keys", args.get("key", args.get("text")))
+        if isinstance(keys, list) and keys and all(isinstance(k, str) and k for k in keys):
+            keys = "+".join(keys)
+        if not isinstance(keys, str) or not keys.strip():
+            raise ValueError(f"keypress needs 'keys' (a string or list of strings), got {keys!r}")
+        act = AgentAction("keypress", keys=keys.strip())
+    else:
+        raise ValueError(f"unknown action {action!r}")
+    return act, warnings, frames
+
+
+def to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, list[str]]:
+    """Map one ``computer_use`` call to an AgentAction (CSS pixels) and warnings; ValueError when invalid."""
+    act, warnings, _ = _to_action(call, frame)
+    return act, warnings
+
+
+def parse_action(text: str, frame: CoordFrame) -> tuple[AgentAction, dict[str, Any]]:
+    """Reply text -> the action of its first valid tool call; anything unusable becomes ``wait``. Never raises.
+
+    ``info`` holds ``reply`` (the :class:`ParsedReply`), ``call``, ``warnings``, ``frames`` and ``error``
+    (None on success; otherwise why the reply became ``wait``; skipped calls are listed in ``skipped``).
+    """
+    info: dict[str, Any] = {"reply": None, "call": None, "warnings": [], "frames": None, "error": None,
+                            "skipped": []}
+    try:
+        reply = parse_reply(text)
+        info["reply"] = reply
+        for i, call in enumerate(reply.tool_calls):
+            try:
+                act, warnings, frames = _to_action(call, frame)
+            except (ValueError, TypeError) as e:
+                info["skipped"].append(f"tool_call {i}: {e}")
+                continue
+            info.update(call=call, warnings=warnings, frames=frames)
+            return act, info
+        reasons = [r for r in (reply.error, *info["skipped"]) if r]
+        info["error"] = "; ".join(reasons) or "no usable tool call"
+    except Exception as e:  # noqa: BLE001 - never raise on model output
+        info["error"] = f"parse failure: {e!r}"
+    return AgentAction("wait"), info

@@ -1,0 +1,278 @@
+"""Tests for the Qwen-VL web agent reply parser and coordinate mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine._imgcodec import QWEN2_VL, smart_resize
+from engine.agent import CoordFrame, describe_frames, parse_action, parse_reply, strip_think, to_action
+
+GRID = CoordFrame("grid", 1280, 768)
+PIXELS = CoordFrame.pixels(1280, 768)
+
+COMPLETE = """Memory: {"search_term": "wireless mouse", "results_seen": 0}
+Progress: {"open site": "done", "search": "in progress", "pick cheapest": "todo"}
+Intention: Type the product name into the search box.
+Action: Click the search box and type "wireless mouse".
+<tool_call>
+{"name": "computer_use", "arguments": {"action": "type", "coordinate": [412, 88], "text": "wireless mouse"}}
+</tool_call>"""
+
+VANILLA = """Action: Scroll down to see more results.
+<tool_call>{"name": "computer_use", "arguments": {"action": "scroll", "direction": "down"}}</tool_call>"""
+
+
+def test_pixels_frame_is_smart_resized() -> None:
+    assert smart_resize(768, 1280) == (756, 1288)
+    assert (PIXELS.resized_width, PIXELS.resized_height) == (1288, 756)
+
+
+def test_complete_format() -> None:
+    r = parse_reply(COMPLETE)
+    assert r.error is None
+    assert r.memory == '{"search_term": "wireless mouse", "results_seen": 0}'
+    assert r.progress.startswith('{"open site"')
+    assert r.intention == "Type the product name into the search box."
+    assert r.action_text == 'Click the search box and type "wireless mouse".'
+    assert r.thought is None
+    assert r.raw == COMPLETE
+    assert r.tool_calls == [{"name": "computer_use",
+                             "arguments": {"action": "type", "coordinate": [412, 88], "text": "wireless mouse"}}]
+    act, info = parse_action(COMPLETE, GRID)
+    assert info["error"] is None
+    assert (act.name, act.text, act.x, act.y) == ("type", "wireless mouse", round(1280 * 0.412), round(768 * 0.088))
+
+
+def test_vanilla_format_missing_thought_and_memory() -> None:
+    r = parse_reply(VANILLA)
+    assert r.thought is None and r.memory is None and r.progress is None
+    assert r.action_text == "Scroll down to see more results."
+    act, info = parse_action(VANILLA, GRID)
+    assert (act.name, act.direction, act.x) == ("scroll", "down", None)
+    assert info["error"] is None
+
+
+def test_thought_and_memory_updated_fields() -> None:
+    text = ("Thought: The login page is open.\nMemory_Updated: {\"user\": \"alice\"}\n"
+            "Action: Click login.\n<tool_call>\n{\"name\": \"computer_use\", \"arguments\": "
+            "{\"action\": \"left_click\", \"coordinate\": [500, 500]}}\n</tool_call>")
+    r = parse_reply(text)
+    assert r.thought == "The login page is open."
+    assert r.memory == '{"user": "alice"}'
+    act, _ = parse_action(text, GRID)
+    assert (act.name, act.x, act.y) == ("left_click", 640, 384)
+
+
+@pytest.mark.parametrize("body", [
+    '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500],},}',
+    "{'name': 'computer_use', 'arguments': {'action': 'left_click', 'coordinate': [500, 500]}}",
+    "{'name': 'computer_use', 'arguments': {'action': 'left_click', 'coordinate': [500, 500], 'x': None,}}",
+    '```json\n{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500]}}\n```',
+])
+def test_broken_json_repaired(body: str) -> None:
+    r = parse_reply(f"Action: click the centre\n<tool_call>\n{body}\n</tool_call>")
+    assert r.error is None, r.error
+    assert r.tool_calls[0]["arguments"]["coordinate"] == [500, 500]
+    act, info = parse_action(f"<tool_call>{body}</tool_call>", GRID)
+    assert (act.name, act.x, act.y) == ("left_click", 640, 384)
+    assert info["error"] is None
+
+
+def test_python_literals_repaired() -> None:
+    r = parse_reply("<tool_call>{'name': 'computer_use', 'arguments': {'action': 'type', 'text': 'hi', "
+                    "'clear': True, 'enter': False}}</tool_call>")
+    assert r.tool_calls[0]["arguments"]["clear"] is True
+    assert r.tool_calls[0]["arguments"]["enter"] is False
+
+
+@pytest.mark.parametrize("body", [
+    '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500]',
+    '{"name": "computer_use" "arguments": {"action": "left_click"}}',
+    "{'name': 'computer_use', 'arguments': {'action': 'type', 'text': 'it's'}}",
+    "click at 500, 500",
+])
+def test_broken_beyond_repair_becomes_wait(body: str) -> None:
+    text = f"Action: click\n<tool_call>\n{body}\n</tool_call>"
+    r = parse_reply(text)
+    assert r.tool_calls == []
+    assert r.error and "tool_call 0" in r.error
+    act, info = parse_action(text, GRID)
+    assert act.name == "wait"
+    assert info["error"]
+
+
+def test_think_block_removed_and_kept_as_thought() -> None:
+    text = "<think>\nThe search box is at the top.\n</think>\n" + VANILLA
+    r = parse_reply(text)
+    assert r.thought == "The search box is at the top."
+    assert strip_think(text) == VANILLA
+    assert parse_action(text, GRID)[0].name == "scroll"
+
+
+def test_think_without_opening_tag() -> None:
+    text = "I should scroll first, the Action: list is below.\n</think>\n\n" + VANILLA
+    r = parse_reply(text)
+    assert r.thought == "I should scroll first, the Action: list is below."
+    assert r.action_text == "Scroll down to see more results."
+    assert strip_think(text) == VANILLA
+
+
+def test_explicit_thought_wins_over_think() -> None:
+    r = parse_reply("<think>hidden</think>Thought: visible\n" + VANILLA)
+    assert r.thought == "visible"
+
+
+def test_box_coordinate_maps_to_centre() -> None:
+    call = {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [400, 400, 600, 600]}}
+    act, warnings = to_action(call, GRID)
+    assert (act.x, act.y) == (640, 384)
+    assert any("box" in w for w in warnings)
+
+
+@pytest.mark.parametrize(("coord", "expected"), [
+    ([1500, 500], (1279, 384)),
+    ([-20, 2000], (0, 767)),
+])
+def test_out_of_range_clamped_and_flagged(coord: list[int], expected: tuple[int, int]) -> None:
+    act, warnings = to_action({"name": "computer_use", "arguments": {"action": "hover", "coordinate": coord}}, GRID)
+    assert (act.name, act.x, act.y) == ("hover", *expected)
+    assert any("clamped" in w for w in warnings)
+    text = f'<tool_call>{{"name": "computer_use", "arguments": {{"action": "left_click", "coordinate": {coord}}}}}'
+    act, info = parse_action(text, GRID)
+    assert (act.x, act.y) == expected and any("clamped" in w for w in info["warnings"])
+
+
+def test_in_range_not_flagged() -> None:
+    _, warnings = to_action({"name": "computer_use", "arguments": {"action": "left_click",
+                                                                   "coordinate": [0, 1000]}}, GRID)
+    assert warnings == []
+
+
+def test_several_tool_calls_first_valid_used() -> None:
+    text = ("Action: go back\n<tool_call>{not json at all</tool_call>\n"
+            '<tool_call>{"name": "computer_use", "arguments": {"action": "fly"}}</tool_call>\n'
+            '<tool_call>{"name": "computer_use", "arguments": {"action": "go_back"}}</tool_call>\n'
+            '<tool_call>{"name": "computer_use", "arguments": {"action": "wait", "time": 2}}</tool_call>')
+    r = parse_reply(text)
+    assert len(r.tool_calls) == 3 and r.error and "tool_call 0" in r.error
+    act, info = parse_action(text, GRID)
+    assert act.name == "go_back"
+    assert len(info["skipped"]) == 1 and "fly" in info["skipped"][0]
+
+
+def test_unterminated_last_tool_call() -> None:
+    text = ('<tool_call>{"name": "computer_use", "arguments": {"action": "wait", "time": 1}}</tool_call>'
+            '<tool_call>{"name": "computer_use", "arguments": {"action": "navigate", "url": "https://a.b"}}')
+    r = parse_reply(text)
+    assert [c["arguments"]["action"] for c in r.tool_calls] == ["wait", "navigate"]
+    act, _ = parse_action('<tool_call>\n{"name": "computer_use", "arguments": {"action": "answer", "text": "42"}}',
+                          GRID)
+    assert (act.name, act.text, act.ends_episode) == ("answer", "42", True)
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "I am not sure what to do.", "Action: click the button"])
+def test_empty_or_no_call_becomes_wait(text: str) -> None:
+    act, info = parse_action(text, GRID)
+    assert act.name == "wait" and info["error"]
+
+
+def test_grid_vs_pixels_exact_values() -> None:
+    click = {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500]}}
+    act, _ = to_action(click, GRID)
+    assert (act.x, act.y) == (640, 384)
+    # pixels: 1288x756 image for a 1280x768 viewport
+    click["arguments"]["coordinate"] = [644, 378]
+    act, warnings = to_action(click, PIXELS)
+    assert (act.x, act.y) == (640, 384) and warnings == []
+    click["arguments"]["coordinate"] = [100, 700]
+    act, _ = to_action(click, PIXELS)
+    assert (act.x, act.y) == (round(100 * 1280 / 1288), round(700 * 768 / 756)) == (99, 711)
+    frames = describe_frames([100, 700], PIXELS)
+    assert frames["model"] == [100, 700] and frames["screenshot_px"] == [100, 700]
+    assert frames["css_px"] == [99, 711]
+    frames = describe_frames([500, 500], CoordFrame.grid(1280, 768, **QWEN2_VL))
+    assert frames["screenshot_px"] == [644, 378] and frames["css_px"] == [640, 384]
+    qwen3 = CoordFrame.grid(1280, 768)  # Qwen3-VL's smart_resize keeps 1280x768 (factor 32)
+    assert (qwen3.resized_width, qwen3.resized_height) == (1280, 768)
+    assert describe_frames([250, 750], qwen3) == {"model": [250, 750], "mode": "grid", "screenshot_px": [320, 576],
+                                                  "css_px": [320, 576]}
+    # pixel coordinate beyond the resized image is clamped
+    act, warnings = to_action({"name": "computer_use", "arguments": {"action": "left_click",
+                                                                     "coordinate": [1300, 10]}}, PIXELS)
+    assert act.x == 1279 and any("clamped" in w for w in warnings)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ({"action": "type", "coordinate": [500, 100], "text": "hello"}, {"name": "type", "x": 640, "y": 77,
+                                                                     "text": "hello"}),
+    ({"action": "scroll", "direction": "up"}, {"name": "scroll", "direction": "up"}),
+    ({"action": "wait", "time": 3}, {"name": "wait", "seconds": 3.0}),
+    ({"action": "wait"}, {"name": "wait"}),
+    ({"action": "go_back"}, {"name": "go_back"}),
+    ({"action": "navigate", "url": "https://example.com"}, {"name": "navigate", "url": "https://example.com"}),
+    ({"action": "answer", "text": "$19.99"}, {"name": "answer", "text": "$19.99"}),
+    ({"action": "key", "keys": ["ctrl", "a"]}, {"name": "keypress", "keys": "ctrl+a"}),
+    ({"action": "keypress", "keys": "Enter"}, {"name": "keypress", "keys": "Enter"}),
+    ({"action": "hover", "coordinate": "(250, 250)"}, {"name": "hover", "x": 320, "y": 192}),
+])
+def test_action_values(args: dict, expected: dict) -> None:
+    act, _ = to_action({"name": "computer_use", "arguments": args}, GRID)
+    assert act.to_dict() == expected
+
+
+@pytest.mark.parametrize("args", [
+    {"action": "left_click"},
+    {"action": "left_click", "coordinate": [1, 2, 3]},
+    {"action": "left_click", "coordinate": ["a", "b"]},
+    {"action": "left_click", "coordinate": [True, 5]},
+    {"action": "scroll", "direction": "left"},
+    {"action": "navigate"},
+    {"action": "answer"},
+    {"action": "wait", "time": "soon"},
+    {"action": "keypress"},
+    {"action": "teleport"},
+    {},
+])
+def test_invalid_arguments_raise_value_error(args: dict) -> None:
+    with pytest.raises(ValueError):
+        to_action({"name": "computer_use", "arguments": args}, GRID)
+    import json
+    act, info = parse_action(f"<tool_call>{json.dumps({'name': 'computer_use', 'arguments': args})}</tool_call>",
+                             GRID)
+    assert act.name == "wait" and info["error"]
+
+
+def test_wrong_tool_or_shape_raises() -> None:
+    with pytest.raises(ValueError, match="unknown tool"):
+        to_action({"name": "browser", "arguments": {"action": "go_back"}}, GRID)
+    with pytest.raises(ValueError, match="arguments"):
+        to_action({"name": "computer_use", "arguments": [1]}, GRID)
+    with pytest.raises(ValueError):
+        CoordFrame("pixels", 1280, 768)
+
+
+_FRAGMENTS = st.sampled_from([
+    "<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "[", "]", '"', "'", ",", ":", "\n",
+    '"name"', '"computer_use"', '"arguments"', '"action"', '"left_click"', '"coordinate"', "[500, 500]",
+    "True", "None", "Thought:", "Action:", "Memory:", "Progress:", "Intention:", "1e999", "-1", "\\", "NaN",
+    '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [',
+])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(), st.lists(st.one_of(_FRAGMENTS, st.text(max_size=5)), max_size=30).map("".join)))
+def test_never_raises(text: str) -> None:
+    r = parse_reply(text)
+    assert r.raw == text
+    assert isinstance(strip_think(text), str)
+    for frame in (GRID, PIXELS):
+        act, info = parse_action(text, frame)
+        assert act.name in ("wait",) or info["error"] is None
+
+
+def test_non_string_input_never_raises() -> None:
+    assert parse_reply(None).error  # type: ignore[arg-type]
+    assert parse_action(b"<tool_call>", GRID)[0].name == "wait"  # type: ignore[arg-type]
+    assert parse_action("<tool_call>" + "[" * 100000 + "</tool_call>", GRID)[0].name == "wait"
