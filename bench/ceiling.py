@@ -91,13 +91,35 @@ async def bare_loop(base: str, n: int, browsers: int, seconds: float, quality: i
     return {"concurrency": n, "steps_per_s": round(rate, 2), "cpu_ms_per_step": per_step}
 
 
-def own_stack_cpu() -> dict[str, float]:
-    """CPU seconds of this process, its Playwright drivers and Chromium (the bare loop's stack)."""
-    me = psutil.Process()
-    out = {"python": _cpu_s(me), "playwright_driver": 0.0, "chromium": 0.0}
-    for c in me.children(recursive=True):
+def python_stack_cpu(root: psutil.Process, python_key: str) -> dict[str, float]:
+    """CPU seconds used so far by a Python process, its Playwright drivers and their Chromium."""
+    out = {python_key: 0.0, "playwright_driver": 0.0, "chromium": 0.0}
+    try:
+        children = root.children(recursive=True)
+    except psutil.Error:
+        return out
+    out[python_key] = _cpu_s(root)
+    for c in children:
         if key := _stack_part(c):
             out[key] += _cpu_s(c)
+    return out
+
+
+def own_stack_cpu() -> dict[str, float]:
+    """The bare loop's stack: this process, its Playwright driver and Chromium."""
+    return python_stack_cpu(psutil.Process(), "python")
+
+
+def stack_cpu(pool: BrowserPool) -> dict[str, float]:
+    """The engine's browser stack: every live worker's Python process, driver and Chromium."""
+    out = {"worker_python": 0.0, "playwright_driver": 0.0, "chromium": 0.0}
+    for h in pool.alive_workers():
+        try:
+            worker = psutil.Process(h.pid)
+        except psutil.Error:
+            continue
+        for k, v in python_stack_cpu(worker, "worker_python").items():
+            out[k] += v
     return out
 
 
@@ -107,22 +129,6 @@ def _cpu_s(proc: psutil.Process) -> float:
         return t.user + t.system
     except psutil.Error:
         return 0.0
-
-
-def stack_cpu(pool: BrowserPool) -> dict[str, float]:
-    """CPU seconds used so far by the workers' Python processes, their Playwright drivers and Chromium."""
-    out = {"worker_python": 0.0, "playwright_driver": 0.0, "chromium": 0.0}
-    for h in pool.alive_workers():
-        try:
-            worker = psutil.Process(h.pid)
-            children = worker.children(recursive=True)
-        except psutil.Error:
-            continue
-        out["worker_python"] += _cpu_s(worker)
-        for c in children:
-            if key := _stack_part(c):
-                out[key] += _cpu_s(c)
-    return out
 
 
 def _stack_part(proc: psutil.Process) -> str | None:

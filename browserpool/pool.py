@@ -92,6 +92,8 @@ class WorkerHandle:
     """What the engine knows about one connected worker."""
 
     worker_id: str
+    ops: asyncio.Semaphore  # in-flight operations (PoolConfig.ops_per_worker)
+    opens: asyncio.Semaphore  # in-flight page loads (PoolConfig.opens_per_worker)
     identity: bytes | None = None
     proc: asyncio.subprocess.Process | None = None
     reader: SlotReader | None = None
@@ -103,8 +105,6 @@ class WorkerHandle:
     futures: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     pending_release: list[list[int]] = field(default_factory=list)
     last_seen: float = 0.0
-    ops: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
-    opens: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 

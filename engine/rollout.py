@@ -239,7 +239,8 @@ class Rollout:
 
     async def _ask_policy(self, index: int) -> PolicyReply:
         assert self.current is not None
-        request = PolicyRequest(self.episode_id, self.task, index, self.current, list(self.history),
+        # The history list is shared, not copied per step: policies only read it.
+        request = PolicyRequest(self.episode_id, self.task, index, self.current, self.history,
                                 self.session if self.ctx.policy.wants_page_probe else None,
                                 self.ctx.settings.policy_version)
         async with self.ctx.policy_slots:
@@ -283,9 +284,14 @@ class Rollout:
         return await program_reward(self.task, self.current.url, self.answer, self.session.evaluate)
 
     async def _on_error(self, exc: Exception) -> None:
-        kind = "worker_lost" if isinstance(exc, WorkerLost) else getattr(exc, "kind", "policy")
-        if isinstance(exc, BrowserOpError):
+        if isinstance(exc, WorkerLost):
+            kind = "worker_lost"
+        elif isinstance(exc, BrowserOpError):
             kind = f"browser_{exc.kind}"
+        elif isinstance(exc, _EpisodeError):
+            kind = exc.kind
+        else:
+            kind = "policy"
         if isinstance(exc, WorkerLost) and self.attempts <= self.ctx.settings.retry_lost:
             self.previous_errors.append({"kind": kind, "message": str(exc)})
             await self._release_browser()

@@ -42,7 +42,7 @@ class PolicyRequest:
     task: Task
     step: int
     observation: StepView
-    history: list[StepView] = field(default_factory=list)
+    history: list[StepView] = field(default_factory=list)  # shared with the rollout: read, never modify
     page: PageProbe | None = None
     policy_version: int = 0
 
