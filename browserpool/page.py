@@ -19,13 +19,17 @@ from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
 from browserpool.keys import KeyDef, key_for_char, parse_combo
-from browserpool.page_scripts import LOCATE_FN, SCROLL_FN
+from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, SOM_FN
 from browserpool.protocol import BrowserAction
 
 _SETTLE_EXPR = (
     "(window.__wgSettle ? window.__wgSettle({quiet}, {cap}) : Promise.resolve('quiet'))"
     ".then(s => [s, location.href, document.title])"
 )
+
+
+# Longest element text a Set-of-Marks pass reports (longer ones are cut, with an ellipsis).
+SOM_TEXT_CHARS = 80
 
 
 class ActionRefused(Exception):
@@ -130,6 +134,24 @@ class EpisodePage:
         except TimeoutError as exc:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])
+
+    async def som(self) -> tuple[float, list[list[Any]]]:
+        """Set-of-Marks pass: the viewport's CSS width and the visible interactive elements, numbered
+        1..N in document order, each ``[id, tag, text, x, y, w, h]`` (viewport CSS px, ints).
+
+        Raises PageHung when the page does not answer within screenshot_timeout_s, PlaywrightError when
+        the document went away meanwhile (a navigation)."""
+        try:
+            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
+                "expression": f"({SOM_FN})({SOM_TEXT_CHARS})", "returnByValue": True}),
+                self.cfg.screenshot_timeout_s)
+        except TimeoutError as exc:
+            raise PageHung(f"the element pass did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
+        value = res.get("result", {}).get("value")
+        if "exceptionDetails" in res or not isinstance(value, list):
+            return float(self.cfg.viewport_width), []
+        css_width, _css_height, found = value
+        return float(css_width or self.cfg.viewport_width), [[i, *e] for i, e in enumerate(found, 1)]
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where the first visible element matching ``selector`` is (viewport CSS px)."""
@@ -237,9 +259,9 @@ class EpisodePage:
 
     async def _dispatch(self, a: BrowserAction) -> tuple[float, float] | None:
         kind = a.kind
-        if kind in ("click", "hover", "type") and (a.selector or a.x is not None):
+        if kind in ("click", "hover", "type", "select") and (a.selector or a.x is not None):
             x, y = await self._target_point(a)
-        elif kind in ("click", "hover"):
+        elif kind in ("click", "hover", "select"):
             raise ActionRefused(f"{kind} needs coordinates or a selector")
         else:
             x = y = None
@@ -256,6 +278,10 @@ class EpisodePage:
             await self._type_text(a.text or "")
             if a.enter:
                 await self._press(0, parse_combo("Enter")[1])
+        elif kind == "select":
+            res = await self._call(SELECT_FN, [x, y, a.text or ""])
+            if not isinstance(res, dict) or not res.get("ok"):
+                raise ActionRefused(str(res.get("error") if isinstance(res, dict) else res))
         elif kind == "key":
             for combo in (a.keys or "").split():
                 try:

@@ -114,3 +114,194 @@ SCROLL_FN = r"""
   return 'window';
 }
 """
+
+# The element at a top-level viewport point, found through same-origin iframes and open shadow roots
+# (document.elementFromPoint stops at an iframe or a shadow host). A JS function expression, pasted into
+# the functions below. Returns null when nothing is there.
+_DEEP_HIT = r"""
+(x, y) => {
+  let hit = document.elementFromPoint(x, y), ox = 0, oy = 0;
+  for (let guard = 0; hit && guard < 64; guard++) {
+    if (hit.shadowRoot) {
+      const inner = hit.shadowRoot.elementFromPoint(x - ox, y - oy);
+      if (inner && inner !== hit) { hit = inner; continue; }
+    }
+    if (hit.tagName === 'IFRAME' || hit.tagName === 'FRAME') {
+      let doc = null;
+      try { doc = hit.contentDocument; } catch (e) { doc = null; }
+      if (doc) {
+        const r = hit.getBoundingClientRect(), cs = hit.ownerDocument.defaultView.getComputedStyle(hit);
+        ox += r.left + hit.clientLeft + parseFloat(cs.paddingLeft);
+        oy += r.top + hit.clientTop + parseFloat(cs.paddingTop);
+        const inner = doc.elementFromPoint(x - ox, y - oy);
+        if (inner) { hit = inner; continue; }
+      }
+    }
+    break;
+  }
+  return hit;
+}
+"""
+
+# Set-of-Marks: the visible interactive elements of the page, in document order (shadow roots and
+# same-origin iframes in the place of their host), as [tag, text, x, y, w, h] in top-level viewport CSS
+# px, clipped to the viewport; plus the viewport's CSS size. One querySelectorAll per document/shadow
+# root and getBoundingClientRect / checkVisibility / elementFromPoint per candidate only: layout is
+# computed once, nothing writes to the DOM.
+SOM_FN = r"""
+(maxText) => {
+  const deepHit = __DEEP_HIT__;
+  const vw = innerWidth, vh = innerHeight, maxArea = 0.9 * vw * vh;
+  const TAGS = new Set(['BUTTON', 'SELECT', 'TEXTAREA', 'SUMMARY']);
+  const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'menuitem', 'tab', 'switch', 'option',
+    'combobox', 'textbox', 'searchbox', 'slider', 'spinbutton', 'listbox', 'menuitemcheckbox',
+    'menuitemradio', 'treeitem']);
+  const VIS = { checkOpacity: true, checkVisibilityCSS: true, opacityProperty: true, visibilityProperty: true };
+  const clean = (s) => (s == null ? '' : String(s)).replace(/\s+/g, ' ').trim();
+  const out = [];
+
+  const interactive = (el) => {
+    const tag = el.tagName;
+    if (TAGS.has(tag)) return true;
+    if (tag === 'A') { if (el.hasAttribute('href')) return true; }
+    else if (tag === 'INPUT') return el.type !== 'hidden';
+    const role = el.getAttribute('role');
+    if (role && ROLES.has(role.trim().split(/\s+/)[0].toLowerCase())) return true;
+    if (el.hasAttribute('onclick') || typeof el.onclick === 'function') return true;
+    const ce = el.getAttribute('contenteditable');
+    if (ce !== null && ce !== 'false') return true;
+    const ti = el.getAttribute('tabindex');
+    return ti !== null && parseInt(ti, 10) >= 0;
+  };
+
+  // Whether ``node`` is ``el`` or lies inside it, across shadow boundaries and slots (composed tree).
+  const inside = (node, el) => {
+    for (let n = node; n; n = n.assignedSlot || n.parentNode || n.host) if (n === el) return true;
+    return false;
+  };
+
+  // Not occluded: the element (or a descendant) is what a click at its centre, or at one of a few
+  // other points of its visible box, would hit.
+  const reachable = (el, x0, y0, x1, y1) => {
+    const w = x1 - x0, h = y1 - y0;
+    const pts = [[0.5, 0.5], [0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]];
+    for (const [fx, fy] of pts) if (inside(deepHit(x0 + fx * w, y0 + fy * h), el)) return true;
+    return false;
+  };
+
+  const nameOf = (el) => {
+    const tag = el.tagName;
+    let s = '';
+    const ids = el.getAttribute('aria-labelledby');
+    if (ids) {
+      const root = el.getRootNode();
+      s = clean(ids.split(/\s+/).map((id) => {
+        const n = root.getElementById ? root.getElementById(id) : null;
+        return n ? n.textContent : '';
+      }).join(' '));
+    }
+    if (!s) s = clean(el.getAttribute('aria-label'));
+    if (!s && el.labels && el.labels.length) s = clean(Array.from(el.labels, (l) => l.innerText).join(' '));
+    if (!s) s = clean(el.getAttribute('alt'));
+    if (!s) {
+      if (tag === 'INPUT') {
+        const t = el.type;
+        if (t === 'submit' || t === 'button' || t === 'reset') s = clean(el.value);
+        else s = clean(el.placeholder) || (t === 'password' ? '' : clean(el.value));
+      } else if (tag === 'TEXTAREA') {
+        s = clean(el.placeholder) || clean(el.value);
+      } else if (tag === 'SELECT') {
+        s = el.selectedIndex >= 0 ? clean(el.options[el.selectedIndex].text) : '';
+      } else {
+        s = clean(el.innerText);
+        if (!s) { const img = el.querySelector('img[alt]'); if (img) s = clean(img.alt); }
+      }
+    }
+    if (!s) s = clean(el.getAttribute('title'));
+    if (s.length > maxText) s = Array.from(s).slice(0, maxText - 1).join('') + '\u2026';  // whole code points
+    return s.toWellFormed ? s.toWellFormed() : s;  // no lone surrogates: msgpack must encode it
+  };
+
+  // The visible part of a box, or null: clipped to the viewport (and iframe), not page-sized.
+  const visible = (r, ox, oy, clip) => {
+    if (r.width <= 0 || r.height <= 0) return null;
+    const x0 = Math.max(r.left + ox, clip[0]), y0 = Math.max(r.top + oy, clip[1]);
+    const x1 = Math.min(r.right + ox, clip[2]), y1 = Math.min(r.bottom + oy, clip[3]);
+    if (x1 - x0 < 1 || y1 - y0 < 1) return null;  // outside the viewport (or its iframe)
+    if ((x1 - x0) * (y1 - y0) > maxArea) return null;  // a page-sized wrapper or overlay, not a target
+    return [x0, y0, x1, y1];
+  };
+
+  const consider = (el, ox, oy, clip) => {
+    let box = visible(el.getBoundingClientRect(), ox, oy, clip);
+    if (!box || (el.checkVisibility && !el.checkVisibility(VIS))) return;
+    if (!reachable(el, ...box)) {
+      // An inline element broken over lines (a wrapped link): its bounding box is mostly other text, so
+      // the box of its largest reachable line fragment stands for it (its centre is a click on it).
+      const frags = el.getClientRects();
+      if (frags.length < 2) return;
+      box = null;
+      const parts = Array.from(frags).slice(0, 8).map((r) => visible(r, ox, oy, clip)).filter((b) => b)
+        .sort((a, b) => (b[2] - b[0]) * (b[3] - b[1]) - (a[2] - a[0]) * (a[3] - a[1]));
+      for (const b of parts) if (reachable(el, ...b)) { box = b; break; }
+      if (!box) return;
+    }
+    const x = Math.floor(box[0]), y = Math.floor(box[1]);
+    out.push([el.tagName.toLowerCase(), nameOf(el), x, y,
+              Math.min(Math.ceil(box[2]), vw) - x, Math.min(Math.ceil(box[3]), vh) - y]);
+  };
+
+  const visit = (root, ox, oy, clip) => {
+    const all = root.querySelectorAll('*');
+    for (let i = 0; i < all.length; i++) {
+      const el = all[i];
+      if (interactive(el)) consider(el, ox, oy, clip);
+      if (el.shadowRoot) visit(el.shadowRoot, ox, oy, clip);
+      if (el.tagName === 'IFRAME' || el.tagName === 'FRAME') {
+        let doc = null;
+        try { doc = el.contentDocument; } catch (e) { doc = null; }
+        if (!doc || !doc.documentElement) continue;
+        const r = el.getBoundingClientRect();
+        const cs = el.ownerDocument.defaultView.getComputedStyle(el);
+        const pl = parseFloat(cs.paddingLeft), pt = parseFloat(cs.paddingTop);
+        const ix = ox + r.left + el.clientLeft + pl, iy = oy + r.top + el.clientTop + pt;
+        // The iframe's own viewport (its content box), within the clip of its parent.
+        const inner = [Math.max(clip[0], ix), Math.max(clip[1], iy),
+                       Math.min(clip[2], ix + el.clientWidth - pl - parseFloat(cs.paddingRight)),
+                       Math.min(clip[3], iy + el.clientHeight - pt - parseFloat(cs.paddingBottom))];
+        if (inner[2] - inner[0] >= 1 && inner[3] - inner[1] >= 1) visit(doc, ix, iy, inner);
+      }
+    }
+  };
+
+  visit(document, 0, 0, [0, 0, vw, vh]);
+  return [vw, vh, out];
+}
+""".replace("__DEEP_HIT__", _DEEP_HIT.strip())
+
+# Choose an option of the <select> at a viewport point (through iframes and shadow roots) by its label or
+# value (case-insensitive, whitespace-trimmed), then fire input and change as a user's choice would.
+SELECT_FN = r"""
+([x, y, text]) => {
+  const deepHit = __DEEP_HIT__;
+  const norm = (s) => (s == null ? '' : String(s)).replace(/\s+/g, ' ').trim().toLowerCase();
+  const hit = deepHit(x, y);
+  const sel = hit && hit.closest ? hit.closest('select') : null;
+  if (!sel) {
+    return { error: 'no <select> at (' + x + ', ' + y + ')' + (hit ? ': <' + hit.tagName.toLowerCase() + '>' : '') };
+  }
+  if (sel.disabled) return { error: 'the <select> at (' + x + ', ' + y + ') is disabled' };
+  const want = norm(text);
+  const opt = Array.from(sel.options).find((o) => !o.disabled &&
+    (norm(o.label) === want || norm(o.text) === want || norm(o.value) === want));
+  if (!opt) {
+    const labels = Array.from(sel.options, (o) => o.label.trim()).slice(0, 20).join(', ');
+    return { error: 'no option ' + JSON.stringify(String(text)) + ' in the <select> (options: ' + labels + ')' };
+  }
+  sel.focus();
+  if (sel.multiple) { for (const o of sel.options) o.selected = (o === opt); } else { sel.selectedIndex = opt.index; }
+  sel.dispatchEvent(new Event('input', { bubbles: true, composed: true }));
+  sel.dispatchEvent(new Event('change', { bubbles: true }));
+  return { ok: true, value: opt.value };
+}
+""".replace("__DEEP_HIT__", _DEEP_HIT.strip())

@@ -121,10 +121,16 @@ class BrowserSession:
     def worker_id(self) -> str:
         return self.handle.worker_id
 
-    async def open(self, url: str) -> tuple[P.Observation, Frame]:
-        """Open a page for the episode at ``url``; returns the first observation."""
+    async def open(self, url: str, som: bool = False) -> tuple[P.Observation, Frame]:
+        """Open a page for the episode at ``url``; returns the first observation.
+
+        ``som``: Set-of-Marks mode for the whole episode: every observation lists the visible interactive
+        elements (``Observation.elements``) and its frame shows them as numbered boxes."""
+        args: dict[str, Any] = {"url": url}
+        if som:
+            args["som"] = True  # only when set: a plain open's request is unchanged
         async with self.handle.opens:
-            body = await self.pool.request(self.handle, "open", self.episode_id, {"url": url})
+            body = await self.pool.request(self.handle, "open", self.episode_id, args)
         return self._observation(body)
 
     async def act(self, action: P.BrowserAction) -> tuple[P.Observation, Frame]:

@@ -19,9 +19,12 @@ PROTOCOL_VERSION = 1
 class BrowserAction:
     """One browser-level operation, in CSS pixels of the viewport.
 
-    kinds: click, hover, type, key, scroll, wait, go_back, navigate.
-    ``selector`` may replace (x, y) for click/hover/type: the worker clicks the element's centre and
+    kinds: click, hover, type, key, scroll, wait, go_back, navigate, select.
+    ``selector`` may replace (x, y) for click/hover/type/select: the worker clicks the element's centre and
     reports the point it used, so records always hold plain coordinates.
+    ``select`` picks the option whose label or value equals ``text`` (case-insensitive, trimmed) in the
+    <select> at (x, y), also inside same-origin iframes and open shadow roots; refused when there is no
+    <select> there or no such option.
     """
 
     kind: str
@@ -72,18 +75,23 @@ class Observation:
     timings_ms: dict[str, float] = field(default_factory=dict)
     point: tuple[float, float] | None = None  # where a click/type actually landed (CSS px)
     note: str | None = None  # non-fatal problem with the action (e.g. a refused URL)
+    # Set-of-Marks episodes only: the visible interactive elements, [id, tag, text, x, y, w, h] each
+    # (ids 1..N in document order, boxes in viewport CSS px, clipped to the viewport); the frame then
+    # shows them as numbered boxes. None when the episode was not opened in SoM mode.
+    elements: list[list[Any]] | None = None
 
     def to_wire(self) -> list[Any]:
         frame = [self.frame.slot, self.frame.generation, self.frame.nbytes] if self.frame else None
         return [self.url, self.title, self.settled, self.settle, self.width, self.height, frame,
-                self.frame_bytes, self.timings_ms, self.point, self.note]
+                self.frame_bytes, self.timings_ms, self.point, self.note, self.elements]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> Observation:
-        url, title, settled, settle, width, height, frame, frame_bytes, timings, point, note = w
+        # An 11-field observation (from before ``elements``) reads as one without elements.
+        url, title, settled, settle, width, height, frame, frame_bytes, timings, point, note, *rest = w
         return cls(url, title, settled, settle, width, height,
                    FrameRef(*frame) if frame else None, frame_bytes, timings,
-                   tuple(point) if point else None, note)
+                   tuple(point) if point else None, note, rest[0] if rest else None)
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -132,7 +140,8 @@ class Heartbeat(Message):
 class Request(Message):
     """Engine -> worker: one operation on one episode's page.
 
-    ops: open (url), act (action), locate (selector), evaluate (exprs), close.
+    ops: open (url, som: Set-of-Marks mode, sent only when true), act (action), locate (selector),
+    evaluate (exprs), close.
     ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with; every
     request carries them, so no message of its own is needed.
     """

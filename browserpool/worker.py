@@ -13,8 +13,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import zmq
@@ -27,6 +28,8 @@ from browserpool.config import WorkerConfig
 from browserpool.page import ActionRefused, EpisodePage, PageHung
 from browserpool.page_scripts import INIT_SCRIPT
 from browserpool.shm import SlotRing
+
+T = TypeVar("T")
 
 EXIT_BROWSER_LOST = 3
 
@@ -48,6 +51,7 @@ class ContextSlot:
 class Episode:
     slot: ContextSlot
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
 
     @property
     def page(self) -> EpisodePage:
@@ -176,7 +180,7 @@ class BrowserWorker:
     async def _dispatch(self, req: P.Request) -> Any:
         op, args = req.op, req.args
         if op == "open":
-            return await self._open(req.episode_id, args["url"])
+            return await self._open(req.episode_id, args["url"], bool(args.get("som", False)))
         if op == "close":
             await self._close(req.episode_id)
             return None
@@ -193,7 +197,7 @@ class BrowserWorker:
                 return [await ep.page.evaluate(e) for e in args["exprs"]]
         raise ActionRefused(f"unknown op {op!r}")
 
-    async def _open(self, episode_id: str, url: str) -> list[Any]:
+    async def _open(self, episode_id: str, url: str, som: bool = False) -> list[Any]:
         if episode_id in self.episodes:
             await self._close(episode_id)
         slot = self.idle.pop() if self.idle else await self._new_context()
@@ -204,7 +208,7 @@ class BrowserWorker:
             except Exception:
                 await self._drop_context(slot)
                 raise
-        ep = Episode(slot)
+        ep = Episode(slot, som=som)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
@@ -214,13 +218,38 @@ class BrowserWorker:
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
                        point: tuple[float, float] | None) -> list[Any]:
-        t0 = time.perf_counter()
-        jpeg = await ep.page.screenshot()
-        timings["screenshot_ms"] = round((time.perf_counter() - t0) * 1000.0, 2)
-        ref = self.ring.write(jpeg) if (self.ring and self.use_shm) else None
         page = ep.page
+        elements: list[list[Any]] | None = None
+        note: str | None = None
+        if ep.som:
+            # Two independent CDP commands of the same settled page: sent together, one round trip instead
+            # of two.
+            shot, som = await asyncio.gather(_timed(page.screenshot()), _timed(page.som()),
+                                             return_exceptions=True)
+            if isinstance(shot, BaseException):
+                raise shot
+            jpeg, shot_ms = shot
+            css_width = float(self.cfg.viewport_width)
+            if isinstance(som, PlaywrightError):
+                # The document went away during the pass (a late navigation): a plain frame this time.
+                elements, note, timings["som_ms"] = [], f"no elements: {som}".splitlines()[0][:200], 0.0
+            elif isinstance(som, BaseException):
+                raise som
+            else:
+                (css_width, elements), timings["som_ms"] = som
+            timings["screenshot_ms"] = shot_ms
+            t0 = time.perf_counter()
+            if elements:
+                jpeg = await asyncio.get_running_loop().run_in_executor(
+                    None, _draw_marks, jpeg, elements, css_width, self.cfg.jpeg_quality)
+            timings["draw_ms"] = _ms(t0)
+        else:
+            t0 = time.perf_counter()
+            jpeg = await page.screenshot()
+            timings["screenshot_ms"] = _ms(t0)
+        ref = self.ring.write(jpeg) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
-                            self.cfg.viewport_height, ref, None if ref else jpeg, timings, point)
+                            self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements)
         return obs.to_wire()
 
     async def _new_context(self) -> ContextSlot:
@@ -256,6 +285,28 @@ class BrowserWorker:
     async def _drop_context(self, slot: ContextSlot) -> None:
         with contextlib.suppress(TimeoutError, PlaywrightError):
             await asyncio.wait_for(slot.context.close(), 10)
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000.0, 2)
+
+
+async def _timed(coro: Awaitable[T]) -> tuple[T, float]:
+    """The coroutine's result and how long it took (ms), for operations that run side by side."""
+    t0 = time.perf_counter()
+    return await coro, _ms(t0)
+
+
+def _draw_marks(jpeg: bytes, elements: list[list[Any]], css_width: float, quality: int) -> bytes:
+    """The screenshot with the elements drawn on as numbered boxes (run in a thread: the codec releases
+    the GIL). Screenshot pixels per CSS px are measured, not assumed (zoom, device scale factor)."""
+    from engine import _imgcodec as imgcodec  # here: a worker that never draws does not load numpy
+
+    img = imgcodec.decode(jpeg)
+    s = img.shape[1] / css_width if css_width > 0 else 1.0
+    imgcodec.draw_som(img, [(e[0], round(e[3] * s), round(e[4] * s), round((e[3] + e[5]) * s),
+                             round((e[4] + e[6]) * s)) for e in elements])
+    return imgcodec.encode(img, quality)
 
 
 def _browser_pid() -> int:

@@ -19,6 +19,12 @@ OBS_INLINE = P.Observation(
     url="about:blank", title="", settled=False, settle="timeout", width=1280, height=768, frame=None,
     frame_bytes=b"\xff\xd8\xff\xe0" + bytes(range(256)) + b"\xff\xd9", timings_ms={}, point=None,
     note="no slot was free")
+OBS_SOM = P.Observation(
+    url="http://127.0.0.1:8000/fixtures/som_marks.html", title="som marks", settled=True, settle="quiet",
+    width=1280, height=768, frame=P.FrameRef(0, 1, 999), frame_bytes=None,
+    timings_ms={"settle_ms": 40.0, "som_ms": 1.2, "screenshot_ms": 20.0, "draw_ms": 5.1}, point=None, note=None,
+    elements=[[1, "button", "first", 100, 100, 200, 60], [2, "a", "Caf\u00e9 \u2026", 0, 0, 1280, 1],
+              [3, "input", "", 10, 20, 30, 40]])
 
 MESSAGES: list[P.Message] = [
     P.Hello("w0", 1234, "host-a", 5678, "131.0.6778.204", "wg-1234-abcd", 64, 1 << 20),
@@ -67,7 +73,7 @@ def test_hello_defaults_to_current_protocol_version() -> None:
     assert hello.protocol == P.PROTOCOL_VERSION
 
 
-@pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE], ids=["shm", "inline"])
+@pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE, OBS_SOM], ids=["shm", "inline", "som"])
 def test_observation_wire_round_trip_through_a_reply(obs: P.Observation) -> None:
     reply = P.decode(P.encode(P.Reply(1, True, obs.to_wire())))
     assert isinstance(reply, P.Reply)
@@ -85,6 +91,16 @@ def test_observation_wire_layout() -> None:
     assert w[7] is None
     assert OBS_INLINE.to_wire()[6] is None
     assert OBS_INLINE.to_wire()[7] == OBS_INLINE.frame_bytes
+    assert w[11] is None  # elements: last, None outside Set-of-Marks mode
+    assert OBS_SOM.to_wire()[11] == OBS_SOM.elements
+
+
+def test_observation_without_the_elements_field_still_reads() -> None:
+    """An observation from before ``elements`` (11 fields) reads as one without elements."""
+    old = OBS_SHM.to_wire()[:11]
+    back = P.Observation.from_wire(P.decode(P.encode(P.Reply(1, True, old))).body)
+    assert back == OBS_SHM
+    assert back.elements is None
 
 
 ACTIONS = [
@@ -97,6 +113,7 @@ ACTIONS = [
     P.BrowserAction("wait", seconds=1.5),
     P.BrowserAction("go_back"),
     P.BrowserAction("navigate", url="http://example.test/?q=1"),
+    P.BrowserAction("select", x=417.0, y=137.5, text="Cherry"),
 ]
 
 
