@@ -11,7 +11,8 @@ from typing import Any
 
 from browserpool.protocol import BrowserAction
 
-ACTION_NAMES = ("left_click", "type", "scroll", "wait", "go_back", "navigate", "answer", "keypress", "hover")
+ACTION_NAMES = ("left_click", "type", "scroll", "wait", "go_back", "navigate", "answer", "keypress", "hover",
+                "select")
 
 
 @dataclass(slots=True)
@@ -28,6 +29,7 @@ class AgentAction:
     clear: bool = True
     enter: bool = True
     seconds: float | None = None
+    element_id: int | None = None  # Set-of-Marks: the element the model named (x, y is its centre)
 
     def __post_init__(self) -> None:
         if self.name not in ACTION_NAMES:
@@ -44,6 +46,8 @@ class AgentAction:
             return BrowserAction("click", x=self.x, y=self.y)
         if n == "hover":
             return BrowserAction("hover", x=self.x, y=self.y)
+        if n == "select":
+            return BrowserAction("select", x=self.x, y=self.y, text=self.text or "")
         if n == "type":
             return BrowserAction("type", x=self.x, y=self.y, text=self.text or "", clear=self.clear,
                                  enter=self.enter)
@@ -63,6 +67,8 @@ class AgentAction:
         """One line for summaries and logs."""
         n = self.name
         at = f" at ({self.x:.0f}, {self.y:.0f})" if self.x is not None and self.y is not None else ""
+        if self.element_id is not None:
+            at = f" on element {self.element_id}"
         if n == "type":
             return f"type {self.text!r}{at}" + (" + Enter" if self.enter else "")
         if n == "scroll":
@@ -71,6 +77,8 @@ class AgentAction:
             return f"navigate to {self.url}"
         if n == "answer":
             return f"answer {self.text!r}"
+        if n == "select":
+            return f"select {self.text!r}{at}"
         if n == "keypress":
             return f"press {self.keys}"
         return f"{n}{at}"

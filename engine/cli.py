@@ -13,10 +13,13 @@ import click
 from rich.console import Console
 
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.progress import show_progress, summary_table
-from engine.runner import RunConfig, run
+from engine.runner import RunConfig, new_run_dir, run
 from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError, load_tasks
-from policy.registry import POLICY_NAMES, make_policy
+from policy.base import Policy
+from policy.model import SamplingParams
+from policy.registry import POLICY_NAMES, BackendConfig, make_policy
 
 
 def _uvloop_run(coro):  # type: ignore[no-untyped-def]
@@ -59,12 +62,51 @@ def main() -> None:
 @click.option("--listen", default=None, help="Bind the worker socket here (e.g. tcp://0.0.0.0:5555) "
               "so workers on other hosts can join with `webgym-engine worker --connect`.")
 @click.option("--no-spawn", is_flag=True, help="Start no local workers; wait for --workers to connect.")
+# --- model backends (--policy openai | hf | vllm | simulated) ---
+@click.option("--model", default=None, help="openai: the served model name; hf/vllm: a local model directory.")
+@click.option("--base-url", default=None, help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+              help="openai: environment variable that holds the API key.")
+@click.option("--image-transport", type=click.Choice(["data_url", "file_url"]), default="data_url",
+              show_default=True, help="openai: send screenshots inline, or as file URLs of the run directory.")
+@click.option("--request-timeout", type=float, default=120.0, show_default=True, help="openai: seconds per request.")
+@click.option("--device", default="auto", show_default=True, help="hf: cpu, cuda or auto.")
+@click.option("--max-batch", type=click.IntRange(1), default=16, show_default=True,
+              help="hf: requests batched into one generate call.")
+@click.option("--policy-concurrency", type=click.IntRange(1), default=128, show_default=True,
+              help="Cap on policy calls in flight.")
+@click.option("--sim-speed", type=float, default=1.0, show_default=True,
+              help="simulated: divide the latency model's durations by this.")
+# --- agent protocol ---
+@click.option("--interaction", type=click.Choice(INTERACTIONS), default="coordinates", show_default=True,
+              help="coordinates: screenshot only; som: numbered boxes on the screenshot plus an element list.")
+@click.option("--coords", type=click.Choice(COORD_SYSTEMS), default="grid", show_default=True,
+              help="grid: 0..1000 (Qwen3-VL); pixels: the smart_resize'd image (Qwen2.5-VL, UI-TARS).")
+@click.option("--response-format", type=click.Choice(RESPONSE_FORMATS), default="complete", show_default=True)
+@click.option("--context-window", type=click.IntRange(0), default=4, show_default=True,
+              help="Past rounds kept as full messages; older ones become one-line summaries.")
+@click.option("--prompt-template", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Override prompt templates: a text file (the system prompt) or a JSON object of templates.")
+@click.option("--temperature", type=float, default=1.0, show_default=True)
+@click.option("--top-p", type=float, default=0.99, show_default=True)
+@click.option("--top-k", type=int, default=None)
+@click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True)
 def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: str, episodes: int | None,
             output_dir: str, resume_dir: str | None, summary_json: str | None, retry_lost: int, split: str,
             seed: int, chromium: str, jpeg_quality: int, settle_timeout: float, listen: str | None,
-            no_spawn: bool) -> None:
+            no_spawn: bool, model: str | None, base_url: str | None, api_key_env: str, image_transport: str,
+            request_timeout: float, device: str, max_batch: int, policy_concurrency: int, sim_speed: float,
+            interaction: str, coords: str, response_format: str, context_window: int,
+            prompt_template: str | None, temperature: float, top_p: float, top_k: int | None,
+            max_tokens: int) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
     console = Console(stderr=True)
+    try:
+        agent = AgentConfig(interaction=interaction, response_format=response_format, coords=coords,
+                            window=context_window, template_file=prompt_template)
+        agent.templates()  # a broken template file fails here, before anything starts
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     if not Path(chromium).exists():
         raise click.ClickException(f"Chromium not found at {chromium} (apt-get install chromium)")
     # Validate the task file before anything starts.
@@ -77,12 +119,23 @@ def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: 
     cfg = RunConfig(
         tasks=tasks_path, policy=policy, concurrency=concurrency, workers=workers, mode=mode,
         output_dir=output_dir, run_dir=resume_dir, episodes=episodes, split=split, retry_lost=retry_lost,
-        seed=seed, listen=listen, spawn_workers=not no_spawn,
+        seed=seed, listen=listen, spawn_workers=not no_spawn, policy_concurrency=policy_concurrency,
         worker=WorkerConfig(endpoint="", chromium_path=chromium, jpeg_quality=jpeg_quality,
-                            settle_timeout_s=settle_timeout))
+                            settle_timeout_s=settle_timeout),
+        agent=agent, sampling=SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
+                                             max_tokens=max_tokens, seed=seed),
+        backend=BackendConfig(model=model, base_url=base_url, api_key_env=api_key_env,
+                              image_transport=image_transport, timeout_s=request_timeout, device=device,
+                              max_batch=max_batch, sim_speed=sim_speed))
+    cfg.run_dir = resume_dir or str(new_run_dir(output_dir))  # file URLs and the manifest need it now
+    try:
+        policy_obj = make_policy(policy, seed=seed, agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend,
+                                 max_in_flight=policy_concurrency, run_dir=str(Path(cfg.run_dir).resolve()))
+    except (ValueError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from None
     needs_sites = SITES_PLACEHOLDER in Path(tasks_path).read_text(encoding="utf-8")
     try:
-        summary = _uvloop_run(_run_with_progress(cfg, needs_sites, console))
+        summary = _uvloop_run(_run_with_progress(cfg, policy_obj, needs_sites, console))
     except KeyboardInterrupt:
         # Episodes in flight wrote no record: --resume runs them again.
         console.print(f"interrupted; continue with: webgym-engine run --resume {cfg.run_dir}")
@@ -94,10 +147,9 @@ def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: 
         sys.exit(2)
 
 
-async def _run_with_progress(cfg: RunConfig, needs_sites: bool, console: Console) -> dict:
+async def _run_with_progress(cfg: RunConfig, policy: Policy, needs_sites: bool, console: Console) -> dict:
     from engine.sites.server import SiteServer
 
-    policy = make_policy(cfg.policy, seed=cfg.seed)
     progress: list[asyncio.Task] = []
 
     def on_start(engine, run_dir: Path) -> None:  # type: ignore[no-untyped-def]

@@ -124,6 +124,7 @@ class Rollout:
         self.history: list[StepView] = []
         self.current: StepView | None = None
         self.current_frame_path: str | None = None
+        self.system_prompt: str | None = None
         self.frames_taken = 0
         self.answer: str | None = None
         self.over = False
@@ -183,7 +184,7 @@ class Rollout:
         self.timings["wait_browser_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.NAVIGATE)
         t = time.monotonic()
-        obs, frame = await self.session.open(self.task.website)
+        obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame)
@@ -205,10 +206,16 @@ class Rollout:
             "thought": reply.thought, "parse_error": reply.parse_error,
             "policy_version": reply.policy_version,
         }
+        if reply.details is not None:
+            step["parsed"] = reply.details
+        if reply.messages is not None:
+            step["messages"] = self._without_system(reply.messages)
         if reply.token_ids is not None:
             step["token_ids"], step["logprobs"] = reply.token_ids, reply.logprobs
         timings = {"policy_ms": round((t_policy - t_step) * 1000, 2)}
         self.current.action = action
+        self.current.reply = reply.text
+        self.current.action_text = (reply.details or {}).get("action_text")
         if action.ends_episode:
             self.answer = action.text or ""
             self.over = True
@@ -220,7 +227,7 @@ class Rollout:
                 if exc.kind != ERR_REFUSED:
                     raise
                 step["error"] = f"refused: {exc}"  # the page is unchanged; the agent may try again
-                self.current.page_changed = False
+                self._repeat_observation()
             else:
                 timings.update(obs.timings_ms)
                 step["point"] = list(obs.point) if obs.point else None
@@ -236,6 +243,31 @@ class Rollout:
         self.ctx.stats.record_step(timings["step_ms"])
         if not self.over and len(self.steps) >= cap:
             self.over = True
+
+    def _without_system(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The step's messages, the system prompt stored once per episode instead of once per step."""
+        if messages and messages[0].get("role") == "system":
+            if self.system_prompt is None:
+                self.system_prompt = messages[0]["content"]
+            if messages[0]["content"] == self.system_prompt:
+                return messages[1:]
+        return messages
+
+    def _repeat_observation(self) -> None:
+        """A refused action left the page as it was: the next step sees the same screenshot again."""
+        assert self.current is not None
+        cur = self.current
+        cur.page_changed = False
+        self._push_history(cur)
+        self.current = StepView(cur.url, cur.title, cur.jpeg, cur.width, cur.height, cur.settled, cur.frame,
+                                cur.elements)
+
+    def _push_history(self, view: StepView) -> None:
+        self.history.append(view)
+        # Only the screenshots the policy reads stay in memory (the store has them all).
+        keep = self.ctx.policy.history_frames
+        if len(self.history) > keep:
+            self.history[-keep - 1].jpeg = None
 
     async def _ask_policy(self, index: int) -> PolicyReply:
         assert self.current is not None
@@ -262,8 +294,8 @@ class Rollout:
             except ImgCodecError:
                 changed = None
             self.current.page_changed = changed
-            self.history.append(self.current)
-        self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled)
+            self._push_history(self.current)
+        self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements)
         self.current_frame_path = path
         return changed
 
@@ -323,6 +355,7 @@ class Rollout:
             "sample": self.sample,
             "task": self.task.to_dict(),
             "policy": self.ctx.policy.name,
+            "system_prompt": self.system_prompt,
             "mode": self.ctx.settings.mode,
             "worker": self.session.worker_id if self.session else None,
             "status": status,

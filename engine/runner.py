@@ -19,11 +19,14 @@ from typing import Any
 
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig
+from engine.agent.prompts import AgentConfig
 from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettings
 from engine.stats import RunStats
 from engine.store import RunStore, episode_key, finished_keys
 from engine.tasks import BUNDLED_TASKS, Task, load_tasks
 from policy.base import Policy
+from policy.model import SamplingParams
+from policy.registry import BackendConfig
 
 
 @dataclass
@@ -47,6 +50,9 @@ class RunConfig:
     spawn_workers: bool = True
     worker: WorkerConfig = field(default_factory=lambda: WorkerConfig(endpoint=""))
     memory_sample_s: float = 2.0
+    agent: AgentConfig = field(default_factory=AgentConfig)  # the model backends' agent protocol
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    backend: BackendConfig = field(default_factory=BackendConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in ("async", "sync"):
@@ -154,7 +160,8 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
     store = RunStore(run_dir)
     done = finished_keys(run_dir)
     plan = plan_episodes(tasks, cfg.episodes, done)
-    store.write_manifest({**asdict(cfg), "sites_base_url": base_url, "resumed_with": len(done)})
+    store.write_manifest({**asdict(cfg), "policy_info": policy.describe(), "sites_base_url": base_url,
+                          "resumed_with": len(done)})
     pool = BrowserPool(pool_config(cfg, str(run_dir / "workers.log")))
     try:
         await pool.start()

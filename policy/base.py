@@ -30,7 +30,12 @@ class StepView:
     width: int
     height: int
     settled: bool
-    action: AgentAction | None = None  # the action taken after this observation (history only)
+    frame: str | None = None  # the stored screenshot (its path in the run directory): the image REF
+    elements: list[list[Any]] | None = None  # Set-of-Marks: [id, tag, text, x, y, w, h] in CSS px
+    # Filled in once the step's decision is made (history only):
+    action: AgentAction | None = None
+    action_text: str | None = None  # the model's own one-line description of the action, if any
+    reply: str | None = None  # the raw model reply
     page_changed: bool | None = None
 
 
@@ -58,6 +63,8 @@ class PolicyReply:
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     policy_version: int = 0
+    messages: list[dict[str, Any]] | None = None  # the exact chat the model was given (images by REF)
+    details: dict[str, Any] | None = None  # parsed fields, coordinate frames, generation facts
 
 
 class PolicyError(RuntimeError):
@@ -69,12 +76,18 @@ class Policy:
 
     name = "policy"
     wants_page_probe = False  # True only for oracle policies (scripted demonstrations)
+    som = False  # True: observations carry Set-of-Marks elements and screenshots with the marks drawn
+    history_frames = 0  # how many past screenshots act() reads; older ones are dropped from memory
 
     async def start(self) -> None:
         """Acquire resources (connections, models). Called once before the first act()."""
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
         raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """What the run manifest records about this policy."""
+        return {"name": self.name}
 
     async def end_episode(self, episode_id: str) -> None:
         """Forget per-episode state."""

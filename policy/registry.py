@@ -1,14 +1,65 @@
-"""Build a policy by name (the CLI's ``--policy``)."""
+"""Build a policy by name (the CLI's ``--policy``).
+
+``scripted``, ``random`` and ``instant`` act directly; ``openai``, ``hf``, ``vllm`` and ``simulated`` are
+model backends driven through the web-agent protocol (:class:`policy.agent_policy.AgentPolicy`).
+"""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
+from engine.agent.prompts import AgentConfig
 from policy.base import Policy
+from policy.model import LanguageModel, SamplingParams
 
-POLICY_NAMES = ("scripted", "random", "instant")
+DIRECT_POLICIES = ("scripted", "random", "instant")
+MODEL_BACKENDS = ("openai", "hf", "vllm", "simulated")
+POLICY_NAMES = DIRECT_POLICIES + MODEL_BACKENDS
 
 
-def make_policy(name: str, seed: int = 0) -> Policy:
-    """A policy instance for ``name``; ValueError for unknown names."""
+@dataclass
+class BackendConfig:
+    """Options of the model backends (each uses the ones that apply to it)."""
+
+    model: str | None = None  # hf / vllm: a local model directory; openai: the served model's name
+    base_url: str | None = None  # openai: e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"  # openai: the environment variable holding the key (never recorded)
+    device: str = "auto"  # hf: cpu | cuda | auto
+    max_batch: int = 16  # hf: requests per generate() call
+    timeout_s: float = 120.0  # openai: per request
+    image_transport: str = "data_url"  # openai: data_url | file_url (a server allowed to read the run dir)
+    sim_speed: float = 1.0  # simulated: divides every latency
+
+
+def make_model(name: str, backend: BackendConfig, seed: int = 0, max_in_flight: int = 128,
+               run_dir: str | None = None) -> LanguageModel:
+    """The language model behind a model policy; ValueError for bad options."""
+    if name == "simulated":
+        from policy.simulated import LatencyModel, SimulatedModel
+        return SimulatedModel(seed=seed, latency=LatencyModel(speed=backend.sim_speed))
+    if not backend.model:
+        raise ValueError(f"--policy {name} needs --model")
+    if name == "openai":
+        if not backend.base_url:
+            raise ValueError("--policy openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        from policy.openai_backend import OpenAIModel
+        return OpenAIModel(backend.base_url, backend.model, api_key=os.environ.get(backend.api_key_env),
+                           max_in_flight=max_in_flight, timeout_s=backend.timeout_s,
+                           image_transport=backend.image_transport, run_dir=run_dir)
+    if name == "hf":
+        from policy.hf_backend import HFModel
+        return HFModel(backend.model, device=backend.device, max_batch=backend.max_batch)
+    if name == "vllm":
+        from policy.vllm_backend import VLLMModel
+        return VLLMModel(backend.model)
+    raise ValueError(f"unknown model backend {name!r}; choose one of {', '.join(MODEL_BACKENDS)}")
+
+
+def make_policy(name: str, seed: int = 0, agent: AgentConfig | None = None, sampling: SamplingParams | None = None,
+                backend: BackendConfig | None = None, max_in_flight: int = 128,
+                run_dir: str | None = None) -> Policy:
+    """A policy instance for ``name``; ValueError for unknown names or missing options."""
     if name == "scripted":
         from policy.scripted import ScriptedPolicy
         return ScriptedPolicy()
@@ -18,4 +69,8 @@ def make_policy(name: str, seed: int = 0) -> Policy:
     if name == "instant":
         from policy.instant import InstantPolicy
         return InstantPolicy()
+    if name in MODEL_BACKENDS:
+        from policy.agent_policy import AgentPolicy
+        model = make_model(name, backend or BackendConfig(), seed, max_in_flight, run_dir)
+        return AgentPolicy(model, agent, sampling)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine._imgcodec import QWEN2_VL, smart_resize
 from engine.agent import CoordFrame, describe_frames, parse_action, parse_reply, strip_think, to_action
+from engine.agent.coords import element_centres
 
 GRID = CoordFrame("grid", 1280, 768)
 PIXELS = CoordFrame.pixels(1280, 768)
@@ -276,3 +279,35 @@ def test_non_string_input_never_raises() -> None:
     assert parse_reply(None).error  # type: ignore[arg-type]
     assert parse_action(b"<tool_call>", GRID)[0].name == "wait"  # type: ignore[arg-type]
     assert parse_action("<tool_call>" + "[" * 100000 + "</tool_call>", GRID)[0].name == "wait"
+
+
+def _call(args: dict) -> str:
+    return f"Action: x\n<tool_call>{json.dumps({'name': 'computer_use', 'arguments': args})}</tool_call>"
+
+
+SOM_ELEMENTS = element_centres([[1, "a", "Home", 10, 10, 40, 20], [7, "button", "Buy", 101, 200, 60, 31]])
+
+
+@pytest.mark.parametrize("element_id", [7, "7", "#7", "[7]", 7.0])
+def test_element_id_maps_to_box_centre(element_id: object) -> None:
+    act, info = parse_action(_call({"action": "left_click", "element_id": element_id}), GRID, SOM_ELEMENTS)
+    assert (act.name, act.x, act.y, act.element_id) == ("left_click", 131, 216, 7)
+    assert info["frames"] == {"mode": "som", "element_id": 7, "css_px": [131, 216]}
+
+
+@pytest.mark.parametrize("element_id, error", [(9, "no element 9"), (True, "must be an integer"),
+                                               ("seven", "must be an integer"), (2.5, "must be an integer")])
+def test_bad_element_ids_become_wait(element_id: object, error: str) -> None:
+    act, info = parse_action(_call({"action": "left_click", "element_id": element_id}), GRID, SOM_ELEMENTS)
+    assert act.name == "wait" and error in info["error"]
+
+
+def test_element_id_needs_som_mode() -> None:
+    act, info = parse_action(_call({"action": "left_click", "element_id": 1}), GRID)
+    assert act.name == "wait" and "needs a 'coordinate'" in info["error"]
+
+
+def test_select_by_element() -> None:
+    act, _ = parse_action(_call({"action": "select", "element_id": 1, "text": "Price: low"}), GRID, SOM_ELEMENTS)
+    assert (act.name, act.x, act.y, act.text) == ("select", 30, 20, "Price: low")
+    assert act.to_browser().kind == "select"

@@ -131,7 +131,28 @@ def _text(args: dict[str, Any], key: str, action: str, *, allow_empty: bool = Fa
     return value
 
 
-def _to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
+Elements = dict[int, tuple[int, int]]  # Set-of-Marks element id -> the centre of its box (CSS px)
+
+
+def element_centres(elements: list[list[Any]] | None) -> Elements | None:
+    """Element id -> box centre, from a worker's ``[id, tag, text, x, y, w, h]`` list."""
+    if elements is None:
+        return None
+    return {int(e[0]): (round(e[3] + e[5] / 2), round(e[4] + e[6] / 2)) for e in elements}
+
+
+def _element_id(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"element_id must be an integer, got {value!r}")
+    if isinstance(value, str) and value.strip().lstrip("#[").rstrip("]").isdigit():
+        return int(value.strip().lstrip("#[").rstrip("]"))
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"element_id must be an integer, got {value!r}")
+
+
+def _to_action(call: dict[str, Any], frame: CoordFrame,
+               elements: Elements | None = None) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
     if not isinstance(call, dict):
         raise ValueError(f"tool call must be a dict, got {type(call).__name__}")
     name = call.get("name", "computer_use")
@@ -147,8 +168,18 @@ def _to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, li
     warnings: list[str] = []
     frames: dict[str, Any] | None = None
 
+    element: int | None = None
+
     def point(required: bool) -> tuple[int | None, int | None]:
-        nonlocal frames
+        nonlocal frames, element
+        if elements is not None and args.get("element_id") is not None:
+            element = _element_id(args["element_id"])
+            if element not in elements:
+                known = f"1..{max(elements)}" if elements else "none"
+                raise ValueError(f"no element {element} on this page (elements: {known})")
+            x, y = elements[element]
+            frames = {"mode": "som", "element_id": element, "css_px": [x, y]}
+            return x, y
         coord = args.get("coordinate")
         if coord is None:
             if required:
@@ -161,6 +192,10 @@ def _to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, li
     if action in ("left_click", "hover"):
         x, y = point(True)
         act = AgentAction(action, x=x, y=y)
+    elif action == "select":
+        text = _text(args, "text", action)
+        x, y = point(True)
+        act = AgentAction("select", x=x, y=y, text=text)
     elif action == "type":
         text = _text(args, "text", action, allow_empty=True)
         x, y = point(False)
@@ -197,16 +232,22 @@ def _to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, li
         act = AgentAction("keypress", keys=keys.strip())
     else:
         raise ValueError(f"unknown action {action!r}")
+    act.element_id = element
     return act, warnings, frames
 
 
-def to_action(call: dict[str, Any], frame: CoordFrame) -> tuple[AgentAction, list[str]]:
-    """Map one ``computer_use`` call to an AgentAction (CSS pixels) and warnings; ValueError when invalid."""
-    act, warnings, _ = _to_action(call, frame)
+def to_action(call: dict[str, Any], frame: CoordFrame,
+              elements: Elements | None = None) -> tuple[AgentAction, list[str]]:
+    """Map one ``computer_use`` call to an AgentAction (CSS pixels) and warnings; ValueError when invalid.
+
+    With ``elements`` (Set-of-Marks mode) an ``element_id`` argument targets the centre of that element.
+    """
+    act, warnings, _ = _to_action(call, frame, elements)
     return act, warnings
 
 
-def parse_action(text: str, frame: CoordFrame) -> tuple[AgentAction, dict[str, Any]]:
+def parse_action(text: str, frame: CoordFrame,
+                 elements: Elements | None = None) -> tuple[AgentAction, dict[str, Any]]:
     """Reply text -> the action of its first valid tool call; anything unusable becomes ``wait``. Never raises.
 
     ``info`` holds ``reply`` (the :class:`ParsedReply`), ``call``, ``warnings``, ``frames`` and ``error``
@@ -219,7 +260,7 @@ def parse_action(text: str, frame: CoordFrame) -> tuple[AgentAction, dict[str, A
         info["reply"] = reply
         for i, call in enumerate(reply.tool_calls):
             try:
-                act, warnings, frames = _to_action(call, frame)
+                act, warnings, frames = _to_action(call, frame, elements)
             except (ValueError, TypeError) as e:
                 info["skipped"].append(f"tool_call {i}: {e}")
                 continue
