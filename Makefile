@@ -25,7 +25,9 @@ system:
 $(STAMP): $(SOURCES)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
-	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench]'
+	# This pin installs a CPU build here; an unpinned torch pulls gigabytes of CUDA packages.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf]'
 	@touch $@
 
 lint: setup
