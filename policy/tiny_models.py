@@ -128,7 +128,7 @@ def build_tiny_model(
     ids = _build_tokenizer(out)
     vocab_size = (ids["__len__"] + 63) // 64 * 64  # padded like the released models' embedding tables
 
-    heads = 4
+    heads = max(4, hidden_size // 128)  # head_dim 128 at larger sizes, as in the released models
     head_dim = hidden_size // heads
     text: dict[str, Any] = {
         "vocab_size": vocab_size, "hidden_size": hidden_size, "intermediate_size": hidden_size * 2,
