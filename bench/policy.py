@@ -4,8 +4,9 @@
 
 A random-weight Qwen-VL model of the given size is built offline (``policy.tiny_models``); each request
 is an agent chat with one 1280x768 screenshot and asks for at most ``--tokens`` tokens, greedily (a
-random model may stop early, so the tokens actually generated are counted). For each concurrency C, C rollouts send requests back to back for ``--seconds``; the backend batches
-whatever is queued (up to C) into one ``generate`` call. Printed: requests/s, generated tokens/s, mean
+random model may stop early, so the tokens actually generated are counted). For each concurrency C, C
+rollouts send requests back to back for ``--seconds``; the backend batches whatever is queued (up to C)
+into one ``generate`` call. Printed: requests/s, generated tokens/s, mean
 batch size, and the speed-up over C=1.
 """
 

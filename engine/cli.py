@@ -69,6 +69,8 @@ def main() -> None:
               help="openai: environment variable that holds the API key.")
 @click.option("--image-transport", type=click.Choice(["data_url", "file_url"]), default="data_url",
               show_default=True, help="openai: send screenshots inline, or as file URLs of the run directory.")
+@click.option("--token-ids", is_flag=True,
+              help="openai: ask the server (vLLM) for the generated token ids as well as their log-probabilities.")
 @click.option("--request-timeout", type=float, default=120.0, show_default=True, help="openai: seconds per request.")
 @click.option("--device", default="auto", show_default=True, help="hf: cpu, cuda or auto.")
 @click.option("--max-batch", type=click.IntRange(1), default=16, show_default=True,
@@ -95,7 +97,8 @@ def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: 
             output_dir: str, resume_dir: str | None, summary_json: str | None, retry_lost: int, split: str,
             seed: int, chromium: str, jpeg_quality: int, settle_timeout: float, listen: str | None,
             no_spawn: bool, model: str | None, base_url: str | None, api_key_env: str, image_transport: str,
-            request_timeout: float, device: str, max_batch: int, policy_concurrency: int, sim_speed: float,
+            token_ids: bool, request_timeout: float, device: str, max_batch: int, policy_concurrency: int,
+            sim_speed: float,
             interaction: str, coords: str, response_format: str, context_window: int,
             prompt_template: str | None, temperature: float, top_p: float, top_k: int | None,
             max_tokens: int) -> None:
@@ -125,8 +128,8 @@ def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: 
         agent=agent, sampling=SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                              max_tokens=max_tokens, seed=seed),
         backend=BackendConfig(model=model, base_url=base_url, api_key_env=api_key_env,
-                              image_transport=image_transport, timeout_s=request_timeout, device=device,
-                              max_batch=max_batch, sim_speed=sim_speed))
+                              image_transport=image_transport, token_ids=token_ids, timeout_s=request_timeout,
+                              device=device, max_batch=max_batch, sim_speed=sim_speed))
     cfg.run_dir = resume_dir or str(new_run_dir(output_dir))  # file URLs and the manifest need it now
     try:
         policy_obj = make_policy(policy, seed=seed, agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend,

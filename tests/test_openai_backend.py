@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import email.utils
 import io
 import time
@@ -79,6 +80,17 @@ async def server(echo: EchoTestModel) -> AsyncIterator[ChatTestServer]:
         yield srv
 
 
+@contextlib.asynccontextmanager
+async def started(srv: ChatTestServer, **kw: Any) -> AsyncIterator[OpenAIModel]:
+    """A started client of ``srv``, closed on exit."""
+    model = client(srv, **kw)
+    await model.start()
+    try:
+        yield model
+    finally:
+        await model.close()
+
+
 def client(srv: ChatTestServer, **kw: Any) -> OpenAIModel:
     """An OpenAIModel for ``srv`` with tiny backoffs."""
     args: dict[str, Any] = {"retries": 4, "backoff_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 5.0}
@@ -87,13 +99,9 @@ def client(srv: ChatTestServer, **kw: Any) -> OpenAIModel:
 
 
 async def test_success_payload_and_reply(server: ChatTestServer, echo: EchoTestModel) -> None:
-    model = client(server, token_ids=True, api_key="sk-test", extra_body={"repetition_penalty": 1.05})
-    await model.start()
-    try:
+    async with started(server, token_ids=True, api_key="sk-test", extra_body={"repetition_penalty": 1.05}) as model:
         req = chat_request(sampling=SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_tokens=64, seed=7))
         gen = await model.generate(req)
-    finally:
-        await model.close()
 
     expected = "images=2 last=click the button"
     assert gen.text == expected
@@ -122,12 +130,8 @@ async def test_success_payload_and_reply(server: ChatTestServer, echo: EchoTestM
 
 
 async def test_optional_fields_left_out(server: ChatTestServer) -> None:
-    model = client(server)
-    await model.start()
-    try:
+    async with started(server) as model:
         gen = await model.generate(chat_request(n_images=0, sampling=SamplingParams(logprobs=False)))
-    finally:
-        await model.close()
     p = server.received[0].payload
     for key in ("seed", "top_k", "logprobs", "top_logprobs", "return_tokens_as_token_ids"):
         assert key not in p
@@ -136,12 +140,8 @@ async def test_optional_fields_left_out(server: ChatTestServer) -> None:
 
 
 async def test_logprobs_without_token_ids_flag(server: ChatTestServer) -> None:
-    model = client(server)
-    await model.start()
-    try:
+    async with started(server) as model:
         gen = await model.generate(chat_request())
-    finally:
-        await model.close()
     assert "return_tokens_as_token_ids" not in server.received[0].payload
     assert gen.logprobs is not None and len(gen.logprobs) == len(gen.text)
     assert gen.token_ids is None
@@ -153,12 +153,8 @@ async def test_file_url_transport(echo: EchoTestModel, tmp_path: Path) -> None:
         (tmp_path / ref).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / ref).write_bytes(jpeg)
     async with ChatTestServer(echo, allowed_media_dir=tmp_path) as srv:
-        model = client(srv, image_transport="file_url", run_dir=tmp_path)
-        await model.start()
-        try:
+        async with started(srv, image_transport="file_url", run_dir=tmp_path) as model:
             gen = await model.generate(req)
-        finally:
-            await model.close()
         urls = [part["image_url"]["url"] for part in srv.received[0].payload["messages"][1]["content"][:2]]
     assert urls == [(tmp_path / ref).resolve().as_uri() for ref in req.images]
     assert gen.text.startswith("images=2")
@@ -172,13 +168,8 @@ async def test_reasoning_folded_into_think(echo: EchoTestModel) -> None:
         async def generate(self, request: ChatRequest) -> Generation:
             return Generation(text="<think>the button is blue</think>click(3)", finish_reason="stop")
 
-    async with ChatTestServer(ThinkingTestModel(), reasoning_parser=True) as srv:
-        model = client(srv)
-        await model.start()
-        try:
-            gen = await model.generate(chat_request())
-        finally:
-            await model.close()
+    async with ChatTestServer(ThinkingTestModel(), reasoning_parser=True) as srv, started(srv) as model:
+        gen = await model.generate(chat_request())
     assert gen.text == "<think>the button is blue</think>click(3)"
     # and the plain parsing path: "reasoning" (newer vLLM) and no reasoning at all
     model = OpenAIModel("http://127.0.0.1:9/v1", "m")
@@ -190,14 +181,10 @@ async def test_reasoning_folded_into_think(echo: EchoTestModel) -> None:
 
 async def test_429_retry_after_honoured(server: ChatTestServer) -> None:
     server.fail_next(1, 429, retry_after=0.3, message="slow down")
-    model = client(server, backoff_max_s=1.0)
-    await model.start()
-    try:
+    async with started(server, backoff_max_s=1.0) as model:
         t0 = time.monotonic()
         gen = await model.generate(chat_request())
         elapsed = time.monotonic() - t0
-    finally:
-        await model.close()
     assert gen.timings_ms["attempts"] == 2
     assert elapsed >= 0.29  # waited the server's Retry-After, not the 0.01 s backoff
     assert server.received[1].t - server.received[0].t >= 0.29
@@ -206,25 +193,17 @@ async def test_429_retry_after_honoured(server: ChatTestServer) -> None:
 
 async def test_429_retry_after_capped(server: ChatTestServer) -> None:
     server.fail_next(1, 429, retry_after=30)
-    model = client(server, backoff_max_s=0.1)
-    await model.start()
-    try:
+    async with started(server, backoff_max_s=0.1) as model:
         t0 = time.monotonic()
         gen = await model.generate(chat_request())
-    finally:
-        await model.close()
     assert time.monotonic() - t0 < 2.0
     assert gen.timings_ms["attempts"] == 2
 
 
 async def test_500_twice_then_success(server: ChatTestServer) -> None:
     server.fail_next(2, 500)
-    model = client(server)
-    await model.start()
-    try:
+    async with started(server) as model:
         gen = await model.generate(chat_request())
-    finally:
-        await model.close()
     assert gen.timings_ms["attempts"] == 3
     assert len(server.received) == 3
     assert gen.text.startswith("images=2")
@@ -232,68 +211,48 @@ async def test_500_twice_then_success(server: ChatTestServer) -> None:
 
 async def test_dropped_connection_then_success(server: ChatTestServer) -> None:
     server.drop_next(1)
-    model = client(server)
-    await model.start()
-    try:
+    async with started(server) as model:
         gen = await model.generate(chat_request())
-    finally:
-        await model.close()
     assert gen.timings_ms["attempts"] == 2
 
 
 async def test_timeout_then_success(server: ChatTestServer) -> None:
     server.delay_next(1, 2.0)
-    model = client(server, timeout_s=0.3)
-    await model.start()
-    try:
+    async with started(server, timeout_s=0.3) as model:
         t0 = time.monotonic()
         gen = await model.generate(chat_request())
         elapsed = time.monotonic() - t0
-    finally:
-        await model.close()
     assert gen.timings_ms["attempts"] == 2
     assert 0.3 <= elapsed < 1.5
 
 
 async def test_retries_exhausted(server: ChatTestServer) -> None:
     server.fail_next(100, 503, message="engine overloaded")
-    model = client(server, retries=3)
-    await model.start()
-    try:
+    async with started(server, retries=3) as model:
         t0 = time.monotonic()
         with pytest.raises(PolicyError, match=r"after 4 attempts; last: HTTP 503: engine overloaded"):
             await model.generate(chat_request())
         assert time.monotonic() - t0 < 1.0
-    finally:
-        await model.close()
     assert len(server.received) == 4
 
 
 async def test_unreachable_server_bounded(server: ChatTestServer) -> None:
     await server.kill()  # nothing listens on the port any more
-    model = client(server, retries=2)
-    await model.start()
-    try:
+    async with started(server, retries=2) as model:
         t0 = time.monotonic()
         with pytest.raises(PolicyError, match="after 3 attempts; last: Client"):
             await model.generate(chat_request())
         assert time.monotonic() - t0 < 2.0
-    finally:
-        await model.close()
 
 
 async def test_400_fails_at_once(server: ChatTestServer) -> None:
     server.fail_next(1, 400, message="This model's maximum context length is 4096 tokens.")
-    model = client(server)
-    await model.start()
-    try:
+    async with started(server) as model:
         with pytest.raises(PolicyError, match="HTTP 400: This model's maximum context length is 4096 tokens"):
             await model.generate(chat_request())
         # a real validation error of the server (max_tokens < 1), not injected
         with pytest.raises(PolicyError, match="HTTP 400: max_tokens must be at least 1"):
             await model.generate(chat_request(sampling=SamplingParams(max_tokens=0)))
-    finally:
-        await model.close()
     assert len(server.received) == 2  # no retries
 
 
@@ -383,26 +342,18 @@ async def test_close_fails_pending_calls(server: ChatTestServer) -> None:
 
 async def test_caller_cancellation_propagates(server: ChatTestServer) -> None:
     server.latency_s = 5.0
-    model = client(server)
-    await model.start()
-    try:
+    async with started(server) as model:
         call = asyncio.ensure_future(model.generate(chat_request()))
         await asyncio.sleep(0.1)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-    finally:
-        await model.close()
 
 
 async def test_in_flight_cap(server: ChatTestServer) -> None:
     server.latency_s = 0.1
-    model = client(server, max_in_flight=4)
-    await model.start()
-    try:
+    async with started(server, max_in_flight=4) as model:
         gens = await asyncio.gather(*(model.generate(chat_request(f"r{i}", text=f"t{i}")) for i in range(20)))
-    finally:
-        await model.close()
     assert [g.text for g in gens] == [f"images=2 last=t{i}" for i in range(20)]
     assert server.max_in_flight_seen == 4
 
@@ -410,9 +361,7 @@ async def test_in_flight_cap(server: ChatTestServer) -> None:
 async def test_server_dies_mid_run(server: ChatTestServer) -> None:
     server.latency_s = 0.15
     # Retries span ~1.5 s of backoff, longer than the 0.4 s outage: calls caught by it mostly come through.
-    model = client(server, max_in_flight=8, retries=10, backoff_s=0.02, backoff_max_s=0.2)
-    await model.start()
-    try:
+    async with started(server, max_in_flight=8, retries=10, backoff_s=0.02, backoff_max_s=0.2) as model:
         calls = [asyncio.ensure_future(model.generate(chat_request(f"r{i}", text=f"t{i}"))) for i in range(40)]
         await asyncio.sleep(0.25)  # 8 answered, 8 in flight
         await server.kill()
@@ -433,8 +382,6 @@ async def test_server_dies_mid_run(server: ChatTestServer) -> None:
         server.latency_s = 0.0
         gen = await model.generate(chat_request("after"))
         assert gen.timings_ms["attempts"] == 1
-    finally:
-        await model.close()
 
 
 async def test_real_tiny_model_behind_server(tmp_path: Path) -> None:

@@ -56,12 +56,8 @@ For the function call, return a json object with the function name and arguments
 
 ${response_format}"""
 
-COMPLETE_FORMAT = """\
-Reply in exactly this format:
-Memory: a JSON list of the facts from earlier pages that you will need later; copy your previous Memory \
-and append to it, never remove anything
-Progress: a JSON object mapping each part of the task to "done", "in progress" or "todo"
-Intention: what you want to achieve with the next action
+# Both formats end with the action sentence and the one tool call.
+_ACTION_AND_CALL = """\
 Action: one sentence that describes the next action
 <tool_call>
 {"name": "computer_use", "arguments": {...}}
@@ -69,14 +65,15 @@ Action: one sentence that describes the next action
 Call exactly one function per reply. When the task is complete, use the `answer` action with your \
 final answer."""
 
-VANILLA_FORMAT = """\
+COMPLETE_FORMAT = """\
 Reply in exactly this format:
-Action: one sentence that describes the next action
-<tool_call>
-{"name": "computer_use", "arguments": {...}}
-</tool_call>
-Call exactly one function per reply. When the task is complete, use the `answer` action with your \
-final answer."""
+Memory: a JSON list of the facts from earlier pages that you will need later; copy your previous Memory \
+and append to it, never remove anything
+Progress: a JSON object mapping each part of the task to "done", "in progress" or "todo"
+Intention: what you want to achieve with the next action
+""" + _ACTION_AND_CALL
+
+VANILLA_FORMAT = "Reply in exactly this format:\n" + _ACTION_AND_CALL
 
 FIRST_USER_TEMPLATE = "Task: $task\nInitial website: $website"
 SUMMARY_HEADER = "Previous actions:"
