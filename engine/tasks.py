@@ -5,11 +5,18 @@ website, definite_answer, task_id, difficulty, evaluator_reference, attempt_leve
 this engine's extras: ``max_steps``, a ``reference_solution`` for the scripted policy, and, in each
 fact group, ``checks`` (one programmatic check per fact). ``{SITES}`` in any string stands for the
 base URL of the bundled-site server.
+
+Files are JSONL (one record a line; positions in messages are 1-based ``line N``) or JSON (a top-level
+array of records, or an object with a ``"tasks"`` array; positions are the 0-based array index,
+``item N``, since records need not sit on lines of their own). ``*.jsonl`` is always read as JSONL,
+``*.json`` always as JSON; any other name is sniffed (a leading ``[``, or a whole-file object with a
+``"tasks"`` array, is JSON).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +26,61 @@ BUNDLED_TASKS = Path(__file__).parent / "sites" / "tasks.jsonl"
 
 # Step caps by difficulty bucket (easy 1-3 facts, medium 4-6, hard 7+), as in the original.
 STEP_CAPS = {"train": (10, 20, 30), "test": (30, 50, 70)}
+BUCKETS = ("easy", "medium", "hard")
 CHECK_KINDS = {"url", "text", "js", "answer"}
 SOLUTION_ACTIONS = {"click", "type", "key", "scroll", "go_back", "navigate", "wait", "answer", "hover"}
+KNOWN_FIELDS = frozenset({"task_id", "task_name", "website", "benchmark_name", "domain", "subdomain",
+                          "definite_answer", "difficulty", "attempt_level", "evaluator_reference", "max_steps",
+                          "reference_solution"})
 
 
 class TaskFileError(ValueError):
     """A task file that cannot be used; the message names the file, line and field."""
+
+
+def difficulty_bucket(difficulty: int) -> str:
+    """``easy`` for 1-3 facts, ``medium`` for 4-6, ``hard`` for 7 or more (the original's buckets)."""
+    return "easy" if difficulty <= 3 else "medium" if difficulty <= 6 else "hard"
+
+
+@dataclass(frozen=True, slots=True)
+class StepCaps:
+    """Steps allowed per split and difficulty bucket: ``(easy, medium, hard)`` for each split."""
+
+    train: tuple[int, int, int] = STEP_CAPS["train"]
+    test: tuple[int, int, int] = STEP_CAPS["test"]
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            caps = tuple(getattr(self, split))
+            if len(caps) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in caps):
+                raise ValueError(f"step caps for {split!r} must be three positive integers (easy, medium, hard), "
+                                 f"got {getattr(self, split)!r}")
+            object.__setattr__(self, split, caps)  # lists from JSON/CLI become tuples (hashable, frozen)
+
+    @classmethod
+    def from_mapping(cls, caps: Mapping[str, Any]) -> StepCaps:
+        """From ``{"train": (e, m, h), "test": (e, m, h)}``; a split left out keeps the default."""
+        unknown = set(caps) - {"train", "test"}
+        if unknown:
+            raise ValueError(f"unknown split(s) in step caps: {sorted(unknown)} (known: train, test)")
+        return cls(**{k: tuple(v) for k, v in caps.items()})
+
+    def cap(self, difficulty: int, split: str = "train") -> int:
+        """The cap for a task of ``difficulty`` facts in ``split``."""
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r} (known: train, test)")
+        easy, medium, hard = getattr(self, split)
+        return {"easy": easy, "medium": medium, "hard": hard}[difficulty_bucket(difficulty)]
+
+
+DEFAULT_STEP_CAPS = StepCaps()
+
+
+def _as_step_caps(caps: StepCaps | Mapping[str, Any] | None) -> StepCaps:
+    if caps is None:
+        return DEFAULT_STEP_CAPS
+    return caps if isinstance(caps, StepCaps) else StepCaps.from_mapping(caps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +91,11 @@ class RubricGroup:
     description: str
     facts: tuple[str, ...]
     checks: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The group in the WebGym shape (``checks`` only when present)."""
+        return {"id": self.id, "description": self.description, "facts": list(self.facts),
+                **({"checks": list(self.checks)} if self.checks else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +113,22 @@ class Task:
     max_steps: int | None = None
     reference_solution: tuple[dict[str, Any], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    # The caps the task was loaded with (load_tasks(step_caps=...)); None means the original's.
+    step_caps: StepCaps | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def bucket(self) -> str:
+        """``easy`` (1-3 facts), ``medium`` (4-6) or ``hard`` (7+), by ``difficulty``."""
+        return difficulty_bucket(self.difficulty)
+
+    @property
+    def n_facts(self) -> int:
+        """Facts in the rubric (the original sets ``difficulty`` to this; older shapes may differ)."""
+        return sum(len(g.facts) for g in self.evaluator_reference)
 
     def step_cap(self, split: str = "train") -> int:
-        """Steps allowed: the original's cap by difficulty, or the task's own max_steps if larger."""
-        easy, medium, hard = STEP_CAPS[split]
-        cap = easy if self.difficulty <= 3 else medium if self.difficulty <= 6 else hard
-        return max(cap, self.max_steps or 0)
+        """Steps allowed: the configured cap by difficulty bucket, or the task's own max_steps if larger."""
+        return max((self.step_caps or DEFAULT_STEP_CAPS).cap(self.difficulty, split), self.max_steps or 0)
 
     @property
     def has_checks(self) -> bool:
@@ -74,21 +145,30 @@ class Task:
             "benchmark_name": self.benchmark_name, "domain": self.domain, "subdomain": self.subdomain,
             "definite_answer": self.definite_answer, "difficulty": self.difficulty,
             "attempt_level": self.attempt_level,
-            "evaluator_reference": [
-                {"id": g.id, "description": g.description, "facts": list(g.facts),
-                 **({"checks": list(g.checks)} if g.checks else {})}
-                for g in self.evaluator_reference],
+            "evaluator_reference": [g.to_dict() for g in self.evaluator_reference],
         }
+
+    def to_record(self) -> dict[str, Any]:
+        """The full record for a task file: :meth:`to_dict` plus this engine's extras and unknown fields,
+        so that ``load_tasks`` of a written record gives the same task back."""
+        rec = self.to_dict()
+        if self.max_steps is not None:
+            rec["max_steps"] = self.max_steps
+        if self.reference_solution:
+            rec["reference_solution"] = list(self.reference_solution)
+        rec.update({k: v for k, v in self.extra.items() if k not in rec})
+        return rec
 
 
 class _Line:
-    """Field access for one record with errors that say where."""
+    """Field access for one record with errors that say where (``line N`` or ``item N``)."""
 
-    def __init__(self, path: Path, lineno: int, rec: dict[str, Any]) -> None:
-        self.path, self.lineno, self.rec = path, lineno, rec
+    def __init__(self, path: Path, where: str | int, rec: dict[str, Any]) -> None:
+        self.path, self.rec = path, rec
+        self.where = f"line {where}" if isinstance(where, int) else where
 
     def fail(self, fld: str, problem: str) -> TaskFileError:
-        return TaskFileError(f"{self.path}, line {self.lineno}: field '{fld}': {problem}")
+        return TaskFileError(f"{self.path}, {self.where}: field '{fld}': {problem}")
 
     def str_field(self, name: str, required: bool = False, default: str = "") -> str:
         v = self.rec.get(name)
@@ -183,66 +263,183 @@ def _solution(line: _Line, raw: Any) -> tuple[dict[str, Any], ...]:
     return tuple(raw)
 
 
-def parse_task(rec: Any, path: Path, lineno: int, base_url: str | None = None) -> Task:
-    """Validate one decoded JSON record and build a Task."""
-    if not isinstance(rec, dict):
-        raise TaskFileError(f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}")
-    line = _Line(path, lineno, _subst(rec, base_url))
-    groups = _rubric(line, line.rec.get("evaluator_reference"))
-    n_facts = sum(len(g.facts) for g in groups)
-    difficulty = line.int_field("difficulty", n_facts or 1)
-    if difficulty is None or difficulty < 1:
-        raise line.fail("difficulty", f"must be at least 1, got {difficulty}")
-    max_steps = line.int_field("max_steps", None)
-    if max_steps is not None and max_steps < 1:
-        raise line.fail("max_steps", "must be at least 1")
-    answer = line.rec.get("definite_answer")
-    known = {"task_id", "task_name", "website", "benchmark_name", "domain", "subdomain", "definite_answer",
-             "difficulty", "attempt_level", "evaluator_reference", "max_steps", "reference_solution"}
-    return Task(
-        task_id=line.str_field("task_id", required=True),
-        task_name=line.str_field("task_name", required=True),
-        website=_website(line, line.str_field("website", required=True)),
-        benchmark_name=line.str_field("benchmark_name"),
-        domain=line.str_field("domain"),
-        subdomain=line.str_field("subdomain"),
-        definite_answer=str(answer).strip() if answer not in (None, "") else None,
-        difficulty=difficulty,
-        attempt_level=line.int_field("attempt_level", 0) or 0,
-        evaluator_reference=groups,
-        max_steps=max_steps,
-        reference_solution=_solution(line, line.rec.get("reference_solution")),
-        extra={k: v for k, v in line.rec.items() if k not in known},
-    )
+def _build(rec: Any, path: Path, where: str, base_url: str | None,
+           caps: StepCaps | None) -> tuple[Task | None, str | None, list[TaskFileError]]:
+    """One record: (the task or None, its task_id if that field is usable, every field error found).
 
-
-def load_tasks(path: str | Path, base_url: str | None = None) -> list[Task]:
-    """Load a JSONL task file. Raises TaskFileError naming the first bad line and field.
-
-    Blank lines are skipped; task ids must be unique.
+    Every field is checked even after one fails, so ``validate_file`` can list all problems of a record;
+    ``load_tasks`` raises the first (fields in file-schema order: task_id, task_name, website, ...).
     """
+    if not isinstance(rec, dict):
+        return None, None, [TaskFileError(f"{path}, {where}: expected a JSON object, got {type(rec).__name__}")]
+    line = _Line(path, where, _subst(rec, base_url))
+    errors: list[TaskFileError] = []
+
+    def take(fn: Any, default: Any) -> Any:
+        try:
+            return fn()
+        except TaskFileError as exc:
+            errors.append(exc)
+            return default
+
+    task_id = take(lambda: line.str_field("task_id", required=True), None)
+    task_name = take(lambda: line.str_field("task_name", required=True), "")
+    website = take(lambda: _website(line, line.str_field("website", required=True)), "")
+    benchmark = take(lambda: line.str_field("benchmark_name"), "")
+    domain = take(lambda: line.str_field("domain"), "")
+    subdomain = take(lambda: line.str_field("subdomain"), "")
+    groups = take(lambda: _rubric(line, line.rec.get("evaluator_reference")), ())
+    n_facts = sum(len(g.facts) for g in groups)
+
+    def difficulty_field() -> int:
+        d = line.int_field("difficulty", n_facts or 1)
+        if d is None or d < 1:
+            raise line.fail("difficulty", f"must be at least 1, got {d}")
+        return d
+
+    def max_steps_field() -> int | None:
+        m = line.int_field("max_steps", None)
+        if m is not None and m < 1:
+            raise line.fail("max_steps", "must be at least 1")
+        return m
+
+    difficulty = take(difficulty_field, 1)
+    attempt_level = take(lambda: line.int_field("attempt_level", 0) or 0, 0)
+    max_steps = take(max_steps_field, None)
+    solution = take(lambda: _solution(line, line.rec.get("reference_solution")), ())
+    if errors:
+        return None, task_id, errors
+    answer = line.rec.get("definite_answer")
+    return Task(
+        task_id=task_id, task_name=task_name, website=website, benchmark_name=benchmark, domain=domain,
+        subdomain=subdomain, definite_answer=str(answer).strip() if answer not in (None, "") else None,
+        difficulty=difficulty, attempt_level=attempt_level, evaluator_reference=groups, max_steps=max_steps,
+        reference_solution=solution, extra={k: v for k, v in line.rec.items() if k not in KNOWN_FIELDS},
+        step_caps=caps,
+    ), task_id, []
+
+
+def parse_task(rec: Any, path: Path, lineno: int | str, base_url: str | None = None, *,
+               step_caps: StepCaps | Mapping[str, Any] | None = None) -> Task:
+    """Validate one decoded JSON record and build a Task; raises the record's first error.
+
+    ``lineno`` is a 1-based line number, or a position label such as ``"item 3"``.
+    """
+    where = f"line {lineno}" if isinstance(lineno, int) else lineno
+    caps = None if step_caps is None else _as_step_caps(step_caps)
+    task, _, errors = _build(rec, Path(path), where, base_url, caps)
+    if errors:
+        raise errors[0]
+    assert task is not None
+    return task
+
+
+def _is_json_document(path: Path, text: str) -> bool:
+    """Whether ``text`` is a JSON document of tasks rather than JSONL (see the module docstring)."""
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".jsonl"):
+        return suffix == ".json"
+    head = text.lstrip()
+    if head.startswith("["):
+        return True
+    if head.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return False  # several objects: JSONL
+        return isinstance(doc, dict) and isinstance(doc.get("tasks"), list)
+    return False
+
+
+def _records(path: Path, text: str) -> Iterator[tuple[str, Any]]:
+    """``(position, record)`` for every record of the file, or ``(position, TaskFileError)`` for a part that
+    cannot be decoded (a bad JSONL line; for JSON, the whole document)."""
+    if not _is_json_document(path, text):
+        for lineno, raw in enumerate(text.splitlines(), start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield f"line {lineno}", json.loads(raw)
+            except json.JSONDecodeError as exc:
+                yield f"line {lineno}", TaskFileError(
+                    f"{path}, line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
+        return
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        yield "", TaskFileError(f"{path}, line {exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
+        return
+    if isinstance(doc, dict) and isinstance(doc.get("tasks"), list):
+        doc = doc["tasks"]
+    if not isinstance(doc, list):
+        yield "", TaskFileError(f"{path}: expected a JSON array of tasks or an object with a 'tasks' array, "
+                                f"got {type(doc).__name__}")
+        return
+    for i, rec in enumerate(doc):
+        yield f"item {i}", rec
+
+
+def _scan(path: str | Path, base_url: str | None, step_caps: StepCaps | Mapping[str, Any] | None,
+          first_only: bool) -> tuple[list[Task], list[TaskFileError]]:
+    """The valid tasks of a file and the errors found (only the first one when ``first_only``)."""
     path = Path(path)
+    caps = None if step_caps is None else _as_step_caps(step_caps)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise TaskFileError(f"{path}: cannot read task file: {exc.strerror or exc}") from exc
+        return [], [TaskFileError(f"{path}: cannot read task file: {exc.strerror or exc}")]
     except UnicodeDecodeError as exc:
-        raise TaskFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        return [], [TaskFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")]
     tasks: list[Task] = []
-    seen: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TaskFileError(f"{path}, line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-        task = parse_task(rec, path, lineno, base_url)
-        if task.task_id in seen:
-            raise TaskFileError(f"{path}, line {lineno}: field 'task_id': duplicate {task.task_id!r} "
-                                f"(first on line {seen[task.task_id]})")
-        seen[task.task_id] = lineno
-        tasks.append(task)
-    if not tasks:
-        raise TaskFileError(f"{path}: no tasks in file")
+    errors: list[TaskFileError] = []
+    seen: dict[str, str] = {}
+    for where, rec in _records(path, text):
+        if isinstance(rec, TaskFileError):
+            errors.append(rec)
+        else:
+            task, task_id, rec_errors = _build(rec, path, where, base_url, caps)
+            errors.extend(rec_errors)
+            if task_id is not None:
+                if task_id in seen:
+                    # A later record with a taken id is the bad one: the first keeps its place.
+                    errors.append(TaskFileError(f"{path}, {where}: field 'task_id': duplicate {task_id!r} "
+                                                f"(first on {seen[task_id]})"))
+                    task = None
+                else:
+                    seen[task_id] = where
+            if task is not None:
+                tasks.append(task)
+        if first_only and errors:
+            return tasks, errors[:1]
+    if not tasks and not errors:
+        errors.append(TaskFileError(f"{path}: no tasks in file"))
+    return tasks, errors
+
+
+def load_tasks(path: str | Path, base_url: str | None = None,
+               step_caps: StepCaps | Mapping[str, Any] | None = None) -> list[Task]:
+    """Load a JSONL or JSON task file. Raises TaskFileError naming the first bad line (item) and field.
+
+    Blank lines are skipped; task ids must be unique. ``base_url`` replaces ``{SITES}``; ``step_caps``
+    (a :class:`StepCaps`, or ``{"train": (e, m, h), "test": (e, m, h)}``) sets the caps
+    :meth:`Task.step_cap` uses (default: the original's, :data:`STEP_CAPS`).
+    """
+    tasks, errors = _scan(path, base_url, step_caps, first_only=True)
+    if errors:
+        raise errors[0]
     return tasks
+
+
+def check_file(path: str | Path, base_url: str | None = None,
+               step_caps: StepCaps | Mapping[str, Any] | None = None) -> tuple[list[Task], list[TaskFileError]]:
+    """Every valid task of a file and every error in it, in file order (does not stop at the first).
+
+    A record with several bad fields gives one error per field; a record with a duplicate ``task_id`` is
+    an error (the first record with that id stays valid).
+    """
+    return _scan(path, base_url, step_caps, first_only=False)
+
+
+def validate_file(path: str | Path, base_url: str | None = None) -> list[TaskFileError]:
+    """All the errors in a task file (empty when it loads); see :func:`check_file`."""
+    return check_file(path, base_url)[1]
