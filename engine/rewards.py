@@ -30,6 +30,8 @@ class Reward:
     source: str  # program | none
     reason: str
     facts: list[FactVerdict] = field(default_factory=list)
+    # What the reward was decided on, for audits (the judge's calls, prompts, replies, kept images); JSON-able.
+    evidence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
