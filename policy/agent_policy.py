@@ -84,6 +84,7 @@ class AgentPolicy(Policy):
             "frames": info["frames"],
             "finish_reason": gen.finish_reason,
             "prompt_tokens": gen.prompt_tokens,
+            "prompt_sha256": gen.prompt_sha256,
             "model_timings_ms": gen.timings_ms,
         }
         return PolicyReply(action, text=gen.text, thought=parsed.thought if parsed else None,

@@ -30,7 +30,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import inspect
-import json
 import logging
 import threading
 import time
@@ -40,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from engine import _imgcodec as codec
 from policy.base import PolicyError
-from policy.model import ChatRequest, Generation, LanguageModel, SamplingParams, image_refs
-from policy.vision import ProcessedImage, VisionConfig, load_vision_config, preprocess_jpeg, stack_images
+from policy.model import ChatRequest, Generation, LanguageModel, SamplingParams
+from policy.prompting import PromptError, build_prompt_ids, image_token_id_of, load_tokenizer, prompt_sha256
+from policy.vision import ProcessedImage, VisionConfig, load_vision_config, stack_images
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +160,7 @@ class HFModel(LanguageModel):
     def _load(self) -> None:
         import torch
         import transformers
-        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+        from transformers import AutoConfig, GenerationConfig
 
         if self.device_spec == "auto":
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -199,15 +198,9 @@ class HFModel(LanguageModel):
             raise ValueError(f"no transformers class for model type {config.model_type!r}")
         model = model_cls.from_pretrained(self.model_dir, config=config, **kwargs).to(device).eval()
 
-        tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        if getattr(tokenizer, "chat_template", None) is None:
-            template = self.model_dir / "chat_template.json"
-            if template.exists():  # processors of older checkpoints keep the template there
-                tokenizer.chat_template = json.loads(template.read_text())["chat_template"]
+        tokenizer = load_tokenizer(self.model_dir)
 
-        image_token_id = getattr(config, "image_token_id", None)
-        if image_token_id is None:
-            image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        image_token_id = image_token_id_of(tokenizer, config)
         stop: set[int] = set()
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         for ids in (gen_eos, tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -290,36 +283,18 @@ class HFModel(LanguageModel):
         return await future
 
     def _prepare(self, request: ChatRequest) -> tuple[list[int], list[ProcessedImage]]:
-        """Prompt ids with each image placeholder expanded to the image's tokens, and the images (any thread)."""
+        """Prompt ids with each image placeholder expanded to the image's tokens, and the images (any thread).
+
+        The recipe is :func:`policy.prompting.build_prompt_ids`, shared with training's rebuild of a step.
+        """
         assert self.vision is not None
-        refs = image_refs(request.messages)
-        images: list[ProcessedImage] = []
-        for ref in refs:
-            data = request.images.get(ref)
-            if data is None:
-                raise PolicyError(f"hf: request {request.request_id}: no bytes for image {ref!r}")
-            try:
-                images.append(preprocess_jpeg(data, self.vision))
-            except (codec.ImgCodecError, ValueError) as exc:
-                raise PolicyError(f"hf: request {request.request_id}: image {ref!r}: {exc}") from exc
         # One tokenizer, many preparing threads: the Rust tokenizer raises "Already borrowed" if one thread
         # changes its padding/truncation state while another encodes, so calls are serialised (they are short).
-        with self._tokenizer_lock:
-            text = self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-            ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        # Expand on ids, not on text: one placeholder id per image part in the template's output.
-        slots = [i for i, tid in enumerate(ids) if tid == self.image_token_id]
-        if len(slots) != len(images):
-            raise PolicyError(f"hf: request {request.request_id}: the prompt has {len(slots)} image placeholders "
-                              f"for {len(images)} images")
-        expanded: list[int] = []
-        start = 0
-        for slot, image in zip(slots, images, strict=True):
-            expanded.extend(ids[start:slot])
-            expanded.extend([self.image_token_id] * image.num_tokens)
-            start = slot + 1
-        expanded.extend(ids[start:])
-        return expanded, images
+        try:
+            return build_prompt_ids(self.tokenizer, self.vision, request.messages, request.images,
+                                    image_token_id=self.image_token_id, lock=self._tokenizer_lock)
+        except PromptError as exc:
+            raise PolicyError(f"hf: request {request.request_id}: {exc}") from exc
 
     # ------------------------------------------------------------------ batching
 
@@ -483,6 +458,7 @@ class HFModel(LanguageModel):
             results.append(Generation(
                 text=text, token_ids=tokens, logprobs=lps if item.request.sampling.logprobs else None,
                 prompt_tokens=len(item.input_ids), finish_reason=finish,
+                prompt_sha256=prompt_sha256(item.input_ids),
                 timings_ms={"queue_ms": (start - item.enqueued) * 1000, "prep_ms": item.prep_ms,
                             "batch_size": float(batch_size), "group_size": float(len(group)),
                             "generate_ms": generate_ms},

@@ -53,6 +53,9 @@ class Generation:
     logprobs: list[float] | None = None  # one per generated token, under the sampling distribution
     prompt_tokens: int | None = None
     finish_reason: str | None = None  # stop | length | ...
+    # sha256 of the prompt token ids as little-endian int32 (policy.prompting.prompt_sha256): training checks
+    # its rebuild of the step's prompt against it
+    prompt_sha256: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 

@@ -1,0 +1,224 @@
+"""train.samples on a real engine run with the tiny Qwen3-VL model: every rebuilt prompt is the one the policy
+saw (its sha256 equals the recorded one), the targets are the recorded tokens, batches have the documented
+layout, images are decoded only when a batch is built, and the model's own log-probabilities at the label
+positions equal the recorded behaviour log-probabilities (which proves the alignment end to end)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import train.samples as samples_mod  # noqa: E402
+from engine.runner import RunConfig, run  # noqa: E402
+from engine.sites.server import SiteServer  # noqa: E402
+from engine.store import read_records  # noqa: E402
+from engine.tasks import BUNDLED_TASKS  # noqa: E402
+from policy.model import SamplingParams, image_refs  # noqa: E402
+from policy.registry import BackendConfig, make_policy  # noqa: E402
+from policy.tiny_models import build_tiny_model  # noqa: E402
+from train.export import export_sharegpt  # noqa: E402
+from train.samples import (  # noqa: E402
+    IGNORE_INDEX,
+    BatchStream,
+    Collator,
+    Processing,
+    SampleError,
+    bucket_batches,
+    build_samples,
+    model_wants_mm_token_types,
+    samples_from_records,
+)
+
+
+def task_file(path: Path, task_ids: list[str]) -> Path:
+    lines = [line for line in BUNDLED_TASKS.read_text().splitlines() if json.loads(line)["task_id"] in task_ids]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "qwen3_vl", "qwen3_vl")
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Path]:
+    """Two bundled tasks (10 steps each: the tiny model never answers) with the hf backend; top_p 1 so that the
+    recorded log-probs are the model's plain softmax."""
+    import asyncio
+
+    tmp = tmp_path_factory.mktemp("hf-run")
+    tasks = task_file(tmp / "tasks.jsonl", ["wiki-001", "travel-001"])
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=2, workers=1, policy="hf",
+                    sampling=SamplingParams(max_tokens=8, seed=0, temperature=1.0, top_p=1.0), telemetry=None,
+                    backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
+    policy = make_policy("hf", agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend)
+
+    async def go() -> Path:
+        with SiteServer() as server:
+            _, run_dir = await run(cfg, policy, server.base_url)
+        return Path(run_dir)
+
+    yield asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def proc(tiny_model: Path) -> Processing:
+    return Processing.load(tiny_model)
+
+
+def all_steps(run_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(r, s) for r in read_records(run_dir) for s in r["steps"]]
+
+
+def test_rebuilt_prompts_and_targets_equal_the_recorded_ones(hf_run: Path, proc: Processing) -> None:
+    steps = all_steps(hf_run)
+    assert len(steps) >= 10 and all(s["parsed"]["prompt_sha256"] for _, s in steps)
+    result = build_samples([hf_run], proc, on_mismatch="raise")
+    assert len(result) == len(steps) and result.prompts_checked == len(steps) and not result.skipped
+    by_key = {(s.episode_id, s.step): s for s in result}
+    for record, step in steps:
+        sample = by_key[(record["episode_id"], step["step"])]
+        assert sample.prompt_sha256 == step["parsed"]["prompt_sha256"]
+        assert sample.prompt_len == step["parsed"]["prompt_tokens"]
+        assert sample.target_ids == step["token_ids"] and sample.target_source == "recorded"
+        assert sample.behaviour_logprobs == step["logprobs"]
+        assert sample.labels[:sample.prompt_len] == [IGNORE_INDEX] * sample.prompt_len
+        assert sample.labels[sample.prompt_len:] == step["token_ids"]
+        assert sample.reward == record["reward"]["value"] and sample.policy_version == step["policy_version"]
+        assert len(sample.images) == len(image_refs(step["messages"])) >= 1
+        assert all(Path(p).is_file() and Path(p).is_relative_to(hf_run.resolve()) for p in sample.images)
+        assert sample.input_ids.count(proc.image_token_id) == sum(sample.image_tokens)
+    # The context window at work: later steps carry history rounds and their screenshots.
+    assert max(len(s.images) for s in result) == 5
+
+
+def test_mismatches_are_skipped_with_the_reason_or_raised(hf_run: Path, proc: Processing) -> None:
+    records = read_records(hf_run)
+    bad = copy.deepcopy(records[0])
+    bad["steps"][0]["reply"] = bad["steps"][0]["reply"] + " edited"  # no longer what the tokens decode to
+    bad["steps"][1]["messages"][0]["content"][0]["text"] += " (changed)"  # not the prompt the model saw
+    bad["steps"][2].pop("messages")  # as a scripted step
+    result = samples_from_records(proc, [bad], hf_run)
+    assert result.skipped == {"target mismatch": 1, "prompt mismatch": 1,
+                              "no messages (not a model policy's step)": 1}
+    assert len(result) == len(bad["steps"]) - 3
+    with pytest.raises(SampleError, match="target mismatch"):
+        samples_from_records(proc, [bad], hf_run, on_mismatch="raise")
+    # Without recorded tokens the reply is tokenized and the end-of-turn token appended (no behaviour log-probs).
+    plain = samples_from_records(proc, records[:1], hf_run, use_recorded_tokens=False).samples[0]
+    assert plain.target_source == "reply" and plain.behaviour_logprobs is None
+    assert plain.target_ids[-1] == proc.end_token_id == proc.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert proc.tokenizer.decode(plain.target_ids[:-1]) == records[0]["steps"][0]["reply"]
+    # A selector picks steps and sets their loss weights.
+    picked = samples_from_records(proc, records, hf_run, select=lambda i, r, s: 0.5 if s["step"] == 0 else None)
+    assert len(picked) == len(records) and {s.weight for s in picked} == {0.5}
+
+
+def test_collate_layout_and_lazy_images(hf_run: Path, proc: Processing, monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded: list[int] = []
+    real = samples_mod.preprocess_jpeg
+
+    def counting(data: bytes, cfg: Any) -> Any:
+        decoded.append(1)
+        return real(data, cfg)
+
+    monkeypatch.setattr(samples_mod, "preprocess_jpeg", counting)
+    result = build_samples([hf_run], proc)
+    stream = BatchStream(result.samples, Collator.for_processing(proc, mm_token_types=True), batch_size=3, window=4)
+    plan = stream.plan()
+    assert not decoded  # building samples and planning batches decode nothing
+    batch = next(iter(stream))
+    chosen = [result.samples[i] for i in plan[0]]
+    assert len(decoded) == sum(len(s.images) for s in chosen)  # only this batch's images, when it is built
+
+    n, width = len(chosen), max(len(s) for s in chosen)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == batch["labels"].shape == (n, width)
+    assert batch["attention_mask"].sum(1).tolist() == [len(s) for s in chosen]
+    for row, s in enumerate(chosen):
+        labels = batch["labels"][row]
+        assert labels[:s.prompt_len].eq(IGNORE_INDEX).all() and labels[len(s):].eq(IGNORE_INDEX).all()
+        assert labels[s.prompt_len:len(s)].tolist() == s.target_ids
+        assert batch["input_ids"][row, len(s):].eq(proc.pad_token_id).all()
+        # Behaviour log-probs sit at the label positions.
+        assert batch["behaviour_logprobs"][row, s.prompt_len:len(s)].tolist() == pytest.approx(s.behaviour_logprobs)
+        assert batch["behaviour_logprobs"][row][~batch["loss_mask"][row]].eq(0).all()
+    assert batch["loss_mask"].sum().item() == sum(len(s.target_ids) for s in chosen)
+    assert batch["has_behaviour"].all() and batch["advantages"].shape == batch["weights"].shape == (n,)
+    grid = batch["image_grid_thw"]
+    assert grid.shape == (len(decoded), 3) and batch["pixel_values"].shape == (int(grid.prod(1).sum()),
+                                                                            proc.vision.patch_dim)
+    assert batch["mm_token_type_ids"].sum().item() == sum(sum(s.image_tokens) for s in chosen)
+    assert len(list(stream)) == len(plan) == len(stream)
+
+
+def test_model_log_probs_at_label_positions_equal_the_recorded_ones(hf_run: Path, proc: Processing,
+                                                                    tiny_model: Path) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    result = build_samples([hf_run], proc)
+    longest = sorted(result.samples, key=len)[-2:]  # the most history, two prompt lengths (right padding)
+    collate = Collator.for_processing(proc, mm_token_types=model_wants_mm_token_types(tiny_model))
+    assert collate.mm_token_types == model_wants_mm_token_types(model)
+    batch = collate(longest)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw",
+                                    "mm_token_type_ids") if k in batch}
+    with torch.no_grad():
+        logits = model(**inputs).logits.float()
+    logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["labels"][:, 1:].clamp(min=0).unsqueeze(-1))
+    mask = batch["loss_mask"][:, 1:]
+    got, want = logp.squeeze(-1)[mask], batch["behaviour_logprobs"][:, 1:][mask]
+    assert got.numel() == sum(len(s.target_ids) for s in longest)
+    assert torch.allclose(got, want, atol=2e-3), (got - want).abs().max()
+
+
+def test_bucket_batches() -> None:
+    lengths = [50, 10, 40, 20, 30, 60, 70, 5, 15, 25]
+    batches = bucket_batches(lengths, batch_size=3, window=2, seed=1)
+    assert sorted(i for b in batches for i in b) == list(range(10))
+    assert all(1 <= len(b) <= 3 for b in batches)
+    for b in batches:  # sorted inside a window: a batch is a run of neighbours in length
+        assert [lengths[i] for i in b] == sorted(lengths[i] for i in b)
+    capped = bucket_batches(lengths, batch_size=4, window=10, max_tokens=100, shuffle=False)
+    assert all(len(b) * max(lengths[i] for i in b) <= 100 or len(b) == 1 for b in capped)
+    assert [len(b) for b in capped] == [4, 2, 2, 1, 1]  # 5,10,15,20 | 25,30 | 40,50 | 60 | 70
+    again, other = bucket_batches(lengths, 3, seed=1), bucket_batches(lengths, 3, seed=2)
+    assert bucket_batches(lengths, 3, seed=1) == again != other
+
+
+def test_export_of_a_model_run(hf_run: Path, tmp_path: Path) -> None:
+    steps = all_steps(hf_run)
+    out = tmp_path / "sft.json"
+    result = export_sharegpt(hf_run, out, only_success=False)
+    data = json.loads(out.read_text())
+    assert result["samples"] == len(data) == len(steps)
+    for sample, (record, step) in zip(data, steps, strict=True):
+        conv = sample["conversations"]
+        assert [c["from"] for c in conv] == ["human", "gpt"] * (len(conv) // 2)
+        assert conv[-1]["value"] == step["reply"] and sample["system"] == record["system_prompt"]
+        placeholders = sum(c["value"].count("<image>") for c in conv)
+        assert placeholders == len(sample["images"]) == len(image_refs(step["messages"]))
+        assert all(Path(p).is_absolute() and Path(p).is_file() for p in sample["images"])
+        assert conv[0]["value"].startswith("Task: " + record["task"]["task_name"])
+    # The tiny model solves nothing: by default (successful episodes only) nothing is exported.
+    assert export_sharegpt(hf_run, tmp_path / "none.jsonl")["skipped"] == {"not successful": len(read_records(hf_run))}
+
+
+@pytest.mark.parametrize("size", [(1280, 768), (800, 600), (375, 812), (64, 64), (2560, 1440)])
+def test_image_token_count_from_the_header_equals_the_decoded_image(proc: Processing, size: tuple[int, int]) -> None:
+    import numpy as np
+
+    from engine import _imgcodec as codec
+    from policy.vision import preprocess_jpeg
+
+    width, height = size
+    jpeg = codec.encode(np.full((height, width, 3), 128, dtype=np.uint8))
+    assert proc.image_tokens(jpeg[:2048]) == preprocess_jpeg(jpeg, proc.vision).num_tokens

@@ -1,0 +1,1 @@
+"""Training on recorded trajectories: samples rebuilt from run directories, RL/BC algorithms, exports."""

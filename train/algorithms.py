@@ -1,0 +1,255 @@
+"""The training algorithms' arithmetic, with no model: step selection, advantages, the policy loss.
+
+- :func:`fbc_select`: WebGym's filtered behaviour cloning (REINFORCE with a binary reward and no negative
+  gradient): steps of successful trajectories whose screenshot changed after the action, sampled from the
+  last iterations with recency weights.
+- :func:`grpo_advantages`: AsyncWebRL's group-normalised rewards (one group = the trajectories of one task),
+  spread over a trajectory's steps with a constant ``1/k`` (the default) or ``1/|tau|``.
+- :func:`decoupled_ppo_loss`: AsyncWebRL's decoupled PPO: the behaviour-to-proximal importance weight applied
+  unclipped per token (tokens whose weight exceeds a cap dropped), PPO clipping on the current-to-proximal
+  ratio only, and dual clipping for negative advantages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------- FBC
+
+
+@dataclass(slots=True)
+class ChosenStep:
+    """A step chosen by :func:`fbc_select`."""
+
+    run_index: int  # the run's position in fbc_select's input (its iteration; the newest is last)
+    age: int  # iterations before the newest (0 = newest)
+    episode_id: str
+    step: int  # the step's index in record["steps"]
+    weight: float  # its recency weight, recency ** age: what the sampling was proportional to
+    record: dict[str, Any] = field(repr=False)
+
+    @property
+    def step_record(self) -> dict[str, Any]:
+        return self.record["steps"][self.step]
+
+
+def is_success(record: dict[str, Any]) -> bool:
+    """The trajectory solved its task: reward 1 (a ``judge_pending`` or unrewarded record is not a success)."""
+    reward = record.get("reward") or {}
+    return reward.get("value") == 1.0
+
+
+def fbc_eligible(step: dict[str, Any]) -> bool:
+    """The original's step filter: the action changed the page, or it is the final ``answer`` (which has no
+    next screenshot and is what makes the trajectory succeed)."""
+    if (step.get("action") or {}).get("name") == "answer":
+        return True
+    return step.get("page_changed") is True
+
+
+def fbc_select(records: Sequence[Sequence[dict[str, Any]]], iterations_back: int = 4, recency: float = 0.5,
+               n_samples: int = 1800, seed: int = 0) -> list[ChosenStep]:
+    """Filtered behaviour cloning's training steps.
+
+    ``records[i]`` are the records of iteration ``i`` (one run each, oldest first, newest last). Only the last
+    ``iterations_back`` iterations count. A step qualifies when its trajectory succeeded (:func:`is_success`)
+    and :func:`fbc_eligible` holds. Each qualifying step gets the weight ``recency ** age`` (age 0 = newest
+    iteration; the default 0.5 halves the weight per iteration back: 1, 1/2, 1/4, 1/8), and ``n_samples``
+    steps are drawn without replacement with probability proportional to the weights (Efraimidis-Spirakis:
+    the largest ``u ** (1 / w)``); when fewer qualify, all are taken. The weights are already in the draw:
+    train the chosen steps with equal loss weights (``ChosenStep.weight`` is informative).
+
+    Returns the chosen steps, newest iteration first, then in record order.
+    """
+    if iterations_back < 1 or not 0 < recency <= 1 or n_samples < 0:
+        raise ValueError("need iterations_back >= 1, 0 < recency <= 1, n_samples >= 0")
+    newest = len(records) - 1
+    pool: list[ChosenStep] = []
+    for run_index in range(max(0, len(records) - iterations_back), len(records)):
+        age = newest - run_index
+        for record in records[run_index]:
+            if not is_success(record):
+                continue
+            for i, step in enumerate(record.get("steps") or []):
+                if fbc_eligible(step):
+                    pool.append(ChosenStep(run_index, age, str(record.get("episode_id")), i, recency ** age, record))
+    if len(pool) <= n_samples:
+        picked = list(range(len(pool)))
+    else:
+        rng = np.random.default_rng(seed)
+        weights = np.asarray([c.weight for c in pool], dtype=np.float64)
+        # log(u) / w orders like u ** (1/w), without underflow for small weights.
+        keys = np.log(rng.random(len(pool))) / weights
+        picked = np.argpartition(-keys, n_samples - 1)[:n_samples].tolist() if n_samples else []
+    return [pool[i] for i in sorted(picked, key=lambda i: (pool[i].age, i))]
+
+
+def chosen_selector(chosen: Iterable[ChosenStep], loss_weight: str = "uniform"
+                    ) -> Callable[[int, dict[str, Any], dict[str, Any]], float | None]:
+    """A ``select`` for :func:`train.samples.build_samples` that keeps exactly the chosen steps (pass the same
+    run directories, in the same order, as the records given to :func:`fbc_select`).
+
+    ``loss_weight``: ``"uniform"`` (1.0: the recency is already in the draw) or ``"recency"`` (the step's
+    recency weight, for a variant that takes every qualifying step and weights the loss instead).
+    """
+    if loss_weight not in ("uniform", "recency"):
+        raise ValueError("loss_weight must be 'uniform' or 'recency'")
+    keys = {(c.run_index, c.episode_id, c.step): (1.0 if loss_weight == "uniform" else c.weight) for c in chosen}
+
+    def select(run_index: int, record: dict[str, Any], step: dict[str, Any]) -> float | None:
+        index = record["steps"].index(step) if step.get("step") is None else int(step["step"])
+        return keys.get((run_index, str(record.get("episode_id")), index))
+
+    return select
+
+
+# ---------------------------------------------------------------------------------------------- GRPO
+
+
+@dataclass(slots=True)
+class TrajectoryAdvantage:
+    """One trajectory's share of :func:`grpo_advantages`."""
+
+    task_id: str
+    episode_id: str
+    reward: float
+    normalised: float  # (reward - group mean) / (group std + eps)
+    steps: list[float]  # each step's advantage: normalised * (1/k or 1/|tau|)
+    record: dict[str, Any] = field(repr=False)
+
+
+@dataclass
+class GRPOResult:
+    """Advantages of the kept groups, and the groups (task ids) left out with the reason."""
+
+    trajectories: list[TrajectoryAdvantage] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # task_id -> why
+    unrewarded: int = 0  # trajectories without a reward (dropped before grouping)
+
+    def by_episode(self) -> dict[str, list[float]]:
+        """episode_id -> the step advantages (episode ids are unique within one run)."""
+        return {t.episode_id: t.steps for t in self.trajectories}
+
+
+def _task_id(record: dict[str, Any]) -> str:
+    return str((record.get("task") or {}).get("task_id", record.get("task_id")))
+
+
+def grpo_advantages(groups: Mapping[str, Sequence[dict[str, Any]]] | Iterable[dict[str, Any]],
+                    normaliser: str = "1/k", k: float = 10, eps: float = 1e-6) -> GRPOResult:
+    """Group-normalised advantages per step.
+
+    ``groups``: task_id -> its trajectories (records), or a plain iterable of records, grouped here by their
+    task id. In each group the reward ``r`` (``record["reward"]["value"]``; records without one are dropped)
+    becomes ``(r - mean) / (std + eps)`` with the population std (ddof 0); every step of the trajectory gets
+    that times ``1/k`` (``normaliser="1/k"``, AsyncWebRL's constant, so long failed trajectories are not
+    under-weighted) or ``1/|tau|`` (``"1/|tau|"``, the trajectory's number of steps). A group whose rewards
+    all agree (including a group of one) carries no signal and is skipped, with the reason.
+    """
+    if normaliser not in ("1/k", "1/|tau|"):
+        raise ValueError("normaliser must be '1/k' or '1/|tau|'")
+    if normaliser == "1/k" and k <= 0:
+        raise ValueError("k must be > 0")
+    if isinstance(groups, Mapping):
+        grouped = {str(tid): list(recs) for tid, recs in groups.items()}
+    else:
+        grouped = {}
+        for record in groups:
+            grouped.setdefault(_task_id(record), []).append(record)
+    result = GRPOResult()
+    for task_id, recs in grouped.items():
+        rewarded = [r for r in recs if (r.get("reward") or {}).get("value") is not None]
+        result.unrewarded += len(recs) - len(rewarded)
+        if not rewarded:
+            result.skipped[task_id] = "no rewarded trajectories"
+            continue
+        rewards = np.asarray([float(r["reward"]["value"]) for r in rewarded], dtype=np.float64)
+        std = float(rewards.std())
+        if len(rewarded) < 2 or std == 0.0:
+            result.skipped[task_id] = (f"zero reward variance: {len(rewarded)} trajectories, all with reward "
+                                       f"{rewards[0]:g}")
+            continue
+        mean = float(rewards.mean())
+        for record, reward in zip(rewarded, rewards, strict=True):
+            normalised = (float(reward) - mean) / (std + eps)
+            n_steps = len(record.get("steps") or [])
+            scale = 1.0 / k if normaliser == "1/k" else (1.0 / n_steps if n_steps else 0.0)
+            result.trajectories.append(TrajectoryAdvantage(
+                task_id, str(record.get("episode_id")), float(reward), normalised, [normalised * scale] * n_steps,
+                record))
+    return result
+
+
+def assign_advantages(samples: Iterable[Any], result: GRPOResult) -> list[Any]:
+    """Set ``sample.advantage`` from ``result`` (matched on episode id and step; one run's samples) and return
+    the samples that have one (samples of skipped groups are left out)."""
+    by_episode = result.by_episode()
+    kept = []
+    for sample in samples:
+        steps = by_episode.get(sample.episode_id)
+        if steps is not None and 0 <= sample.step < len(steps):
+            sample.advantage = steps[sample.step]
+            kept.append(sample)
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------- decoupled PPO
+
+
+def decoupled_ppo_loss(logp_theta: Any, logp_prox: Any, logp_behave: Any, advantages: Any, mask: Any,
+                       clip: float = 0.2, dual_clip: float | None = 3.0,
+                       is_cap: float | None = 5.0) -> tuple[Any, dict[str, float]]:
+    """The decoupled PPO loss (torch tensors; ``(B, T)`` per-token log-probs, ``advantages`` ``(B, T)`` or
+    ``(B,)``, ``mask`` ``(B, T)``: the tokens that count).
+
+    - ``w = exp(logp_prox - logp_behave)``: the importance weight from the behaviour policy (the one that
+      sampled, possibly stale) to the proximal policy (the weights before this update), applied as a
+      per-token factor, unclipped and without gradient; tokens with ``w > is_cap`` are dropped from the loss.
+    - ``ratio = exp(logp_theta - logp_prox)``: PPO's ratio, clipped to ``[1 - clip, 1 + clip]`` with the
+      pessimistic min: ``obj = min(ratio * A, clip(ratio) * A)``.
+    - dual clip for ``A < 0``: ``obj = max(obj, dual_clip * A)`` (a huge ratio on a bad token cannot blow up).
+    - loss = ``-sum(w * obj * keep) / sum(keep)``: the mean over kept tokens (0 when none is kept).
+
+    Returns ``(loss, stats)``: ``dropped_frac`` (masked tokens dropped by the cap), ``clip_frac`` (kept tokens
+    whose clipped term was taken), ``dual_clip_frac``, ``kept_tokens``, ``mean_is_weight``, ``mean_ratio``.
+    """
+    import torch
+
+    mask = mask.bool()
+    adv = advantages if advantages.dim() == logp_theta.dim() else advantages.unsqueeze(-1)
+    adv = adv.to(logp_theta.dtype).expand_as(logp_theta)
+    w = torch.exp((logp_prox - logp_behave).detach())
+    keep = mask if is_cap is None else mask & (w <= is_cap)
+    ratio = torch.exp(logp_theta - logp_prox.detach())
+    surr1 = ratio * adv
+    surr2 = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv
+    obj = torch.minimum(surr1, surr2)
+    dual = torch.zeros_like(keep)
+    if dual_clip is not None:
+        floor = dual_clip * adv
+        dual = (adv < 0) & (obj < floor)
+        obj = torch.where(adv < 0, torch.maximum(obj, floor), obj)
+    keep_f = keep.to(obj.dtype)
+    n_keep = keep_f.sum()
+    loss = -(w * obj * keep_f).sum() / n_keep.clamp(min=1.0)
+    clipped = ((adv > 0) & (ratio > 1.0 + clip)) | ((adv < 0) & (ratio < 1.0 - clip))
+    n_mask = int(mask.sum())
+    kept = int(n_keep)
+
+    def frac(x: Any, n: int) -> float:
+        return float((x & keep).sum()) / n if n else 0.0
+
+    stats = {
+        "dropped_frac": float((mask & ~keep).sum()) / n_mask if n_mask else 0.0,
+        "clip_frac": frac(clipped, kept),
+        "dual_clip_frac": frac(dual, kept),
+        "kept_tokens": float(kept),
+        "mean_is_weight": float(w[keep].mean()) if kept else math.nan,
+        "mean_ratio": float(ratio.detach()[keep].mean()) if kept else math.nan,
+    }
+    return loss, stats
