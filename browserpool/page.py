@@ -124,6 +124,20 @@ class EpisodePage:
         timings["settle_ms"] = _ms(t1)
         return status, timings, point
 
+    async def run_setup(self, script: str) -> tuple[str, dict[str, float]]:
+        """Run an episode's setup script (a returned promise is awaited), then wait until the page settles
+        again. Returns (settle status, timings). Raises ActionRefused when the script throws: the episode
+        cannot start as specified."""
+        t0 = time.perf_counter()
+        result = await self.evaluate(script)
+        timings = {"setup_ms": _ms(t0)}
+        if isinstance(result, dict) and set(result) == {"error"}:
+            raise ActionRefused(f"setup_js failed: {result['error']}")
+        t1 = time.perf_counter()
+        status = await self._settle(time.monotonic() + self.cfg.settle_timeout_s, self.cfg.quiet_ms)
+        timings["setup_settle_ms"] = _ms(t1)
+        return status, timings
+
     async def screenshot(self) -> bytes:
         """The viewport as JPEG bytes (CDP, no PNG, no re-encoding)."""
         try:

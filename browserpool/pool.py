@@ -121,14 +121,26 @@ class BrowserSession:
     def worker_id(self) -> str:
         return self.handle.worker_id
 
-    async def open(self, url: str, som: bool = False) -> tuple[P.Observation, Frame]:
+    async def open(self, url: str, som: bool = False, setup_js: str | None = None,
+                   probe_js: str | None = None) -> tuple[P.Observation, Frame]:
         """Open a page for the episode at ``url``; returns the first observation.
 
         ``som``: Set-of-Marks mode for the whole episode: every observation lists the visible interactive
-        elements (``Observation.elements``) and its frame shows them as numbered boxes."""
+        elements (``Observation.elements``) and its frame shows them as numbered boxes.
+        ``setup_js``: a script the worker runs once after the first load (a returned promise is awaited);
+        the page then settles again before the first screenshot. A script that throws fails the open
+        (BrowserOpError, kind ``refused``). Used to start a page's own episode (MiniWoB's task generator).
+        ``probe_js``: an expression evaluated after the settle of every observation of the episode (the
+        open and every act); its JSON value comes back in ``Observation.probe`` (``{"error": ...}`` when it
+        threw), e.g. a page's own reward and done flag."""
         args: dict[str, Any] = {"url": url}
+        # Each only when set: a plain open's request is unchanged.
         if som:
-            args["som"] = True  # only when set: a plain open's request is unchanged
+            args["som"] = True
+        if setup_js is not None:
+            args["setup_js"] = setup_js
+        if probe_js is not None:
+            args["probe_js"] = probe_js
         async with self.handle.opens:
             body = await self.pool.request(self.handle, "open", self.episode_id, args)
         return self._observation(body)

@@ -79,19 +79,25 @@ class Observation:
     # (ids 1..N in document order, boxes in viewport CSS px, clipped to the viewport); the frame then
     # shows them as numbered boxes. None when the episode was not opened in SoM mode.
     elements: list[list[Any]] | None = None
+    # The JSON result of the episode's probe expression (``open(..., probe_js=...)``), evaluated after the
+    # settle of every observation: a page's own view of its state (e.g. MiniWoB's reward and done flag).
+    # None when the episode has no probe; ``{"error": message}`` when the expression threw.
+    probe: Any = None
 
     def to_wire(self) -> list[Any]:
         frame = [self.frame.slot, self.frame.generation, self.frame.nbytes] if self.frame else None
         return [self.url, self.title, self.settled, self.settle, self.width, self.height, frame,
-                self.frame_bytes, self.timings_ms, self.point, self.note, self.elements]
+                self.frame_bytes, self.timings_ms, self.point, self.note, self.elements, self.probe]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> Observation:
-        # An 11-field observation (from before ``elements``) reads as one without elements.
+        # Older, shorter observations (11 fields: before ``elements``; 12: before ``probe``) read as ones
+        # without those fields.
         url, title, settled, settle, width, height, frame, frame_bytes, timings, point, note, *rest = w
         return cls(url, title, settled, settle, width, height,
                    FrameRef(*frame) if frame else None, frame_bytes, timings,
-                   tuple(point) if point else None, note, rest[0] if rest else None)
+                   tuple(point) if point else None, note, rest[0] if rest else None,
+                   rest[1] if len(rest) > 1 else None)
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -140,8 +146,8 @@ class Heartbeat(Message):
 class Request(Message):
     """Engine -> worker: one operation on one episode's page.
 
-    ops: open (url, som: Set-of-Marks mode, sent only when true), act (action), locate (selector),
-    evaluate (exprs), close.
+    ops: open (url; som: Set-of-Marks mode, setup_js, probe_js: each sent only when set), act (action),
+    locate (selector), evaluate (exprs), close.
     ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with; every
     request carries them, so no message of its own is needed.
     """

@@ -52,6 +52,7 @@ class Episode:
     slot: ContextSlot
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
+    probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
 
     @property
     def page(self) -> EpisodePage:
@@ -180,7 +181,8 @@ class BrowserWorker:
     async def _dispatch(self, req: P.Request) -> Any:
         op, args = req.op, req.args
         if op == "open":
-            return await self._open(req.episode_id, args["url"], bool(args.get("som", False)))
+            return await self._open(req.episode_id, args["url"], bool(args.get("som", False)),
+                                    args.get("setup_js"), args.get("probe_js"))
         if op == "close":
             await self._close(req.episode_id)
             return None
@@ -197,7 +199,8 @@ class BrowserWorker:
                 return [await ep.page.evaluate(e) for e in args["exprs"]]
         raise ActionRefused(f"unknown op {op!r}")
 
-    async def _open(self, episode_id: str, url: str, som: bool = False) -> list[Any]:
+    async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
+                    probe_js: str | None = None) -> list[Any]:
         if episode_id in self.episodes:
             await self._close(episode_id)
         slot = self.idle.pop() if self.idle else await self._new_context()
@@ -208,19 +211,32 @@ class BrowserWorker:
             except Exception:
                 await self._drop_context(slot)
                 raise
-        ep = Episode(slot, som=som)
+        ep = Episode(slot, som=som, probe_js=probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
-            result = await ep.page.perform(P.BrowserAction("navigate", url=url), self.cfg.open_timeout_s)
+            settle, timings, point = await ep.page.perform(P.BrowserAction("navigate", url=url),
+                                                           self.cfg.open_timeout_s)
             await ep.page.forget_history()
-            return await self._observe(ep, *result)
+            if setup_js is not None:
+                # The first screenshot must show the page as the setup left it (e.g. a generated task).
+                settle, setup_timings = await ep.page.run_setup(setup_js)
+                timings.update(setup_timings)
+            return await self._observe(ep, settle, timings, point)
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
                        point: tuple[float, float] | None) -> list[Any]:
         page = ep.page
         elements: list[list[Any]] | None = None
         note: str | None = None
+        probe: Any = None
+        if ep.probe_js is not None:
+            t0 = time.perf_counter()
+            try:
+                probe = await page.evaluate(ep.probe_js)
+            except PlaywrightError as exc:  # the document went away meanwhile (a late navigation)
+                probe = {"error": str(exc).splitlines()[0][:200]}
+            timings["probe_ms"] = _ms(t0)
         if ep.som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
@@ -249,7 +265,8 @@ class BrowserWorker:
             timings["screenshot_ms"] = _ms(t0)
         ref = self.ring.write(jpeg) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
-                            self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements)
+                            self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements,
+                            probe)
         return obs.to_wire()
 
     async def _new_context(self) -> ContextSlot:

@@ -8,18 +8,28 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import click
 from rich.console import Console
 
+from bench.cli import bench as bench_cmd
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
+from engine.judge import JudgeConfig
+from engine.judging import rejudge
+from engine.miniwob import is_miniwob_spec, miniwob_mount
 from engine.progress import show_progress, summary_table
-from engine.runner import RunConfig, new_run_dir, run
-from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError, load_tasks
+from engine.rollout import REWARD_MODES
+from engine.runner import RunConfig, load_task_source, new_run_dir, run
+from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError
+from engine.tasks_cli import tasks as tasks_group
 from policy.base import Policy
 from policy.model import SamplingParams
 from policy.registry import POLICY_NAMES, BackendConfig, make_policy
+from train.cli import export as export_cmd
+from tui.cli import monitor, run_with_tui
 
 
 def _uvloop_run(coro):  # type: ignore[no-untyped-def]
@@ -35,7 +45,8 @@ def main() -> None:
 
 @main.command("run")
 @click.option("--tasks", "tasks_path", default=str(BUNDLED_TASKS), show_default="bundled tasks",
-              help="Task file (JSONL, WebGym schema).")
+              help="Task file (WebGym schema, JSONL or JSON), or 'miniwob' / 'miniwob:click-button,...' for "
+                   "MiniWoB++ tasks.")
 @click.option("--policy", type=click.Choice(POLICY_NAMES), default="scripted", show_default=True)
 @click.option("--concurrency", type=click.IntRange(1), default=32, show_default=True,
               help="Rollouts in flight at once.")
@@ -62,6 +73,10 @@ def main() -> None:
 @click.option("--listen", default=None, help="Bind the worker socket here (e.g. tcp://0.0.0.0:5555) "
               "so workers on other hosts can join with `webgym-engine worker --connect`.")
 @click.option("--no-spawn", is_flag=True, help="Start no local workers; wait for --workers to connect.")
+@click.option("--telemetry", default="ipc", show_default=True,
+              help="Live telemetry for `webgym-engine monitor`: ipc (a socket in the run directory), "
+                   "tcp://HOST:PORT (port * = any free one), or off.")
+@click.option("--tui", is_flag=True, help="Show the live monitor in this terminal (q closes it; the run goes on).")
 # --- model backends (--policy openai | hf | vllm | simulated) ---
 @click.option("--model", default=None, help="openai: the served model name; hf/vllm: a local model directory.")
 @click.option("--base-url", default=None, help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1.")
@@ -93,75 +108,103 @@ def main() -> None:
 @click.option("--top-p", type=float, default=0.99, show_default=True)
 @click.option("--top-k", type=int, default=None)
 @click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True)
-def run_cmd(tasks_path: str, policy: str, concurrency: int, workers: int, mode: str, episodes: int | None,
-            output_dir: str, resume_dir: str | None, summary_json: str | None, retry_lost: int, split: str,
-            seed: int, chromium: str, jpeg_quality: int, settle_timeout: float, listen: str | None,
-            no_spawn: bool, model: str | None, base_url: str | None, api_key_env: str, image_transport: str,
-            token_ids: bool, request_timeout: float, device: str, max_batch: int, policy_concurrency: int,
-            sim_speed: float,
-            interaction: str, coords: str, response_format: str, context_window: int,
-            prompt_template: str | None, temperature: float, top_p: float, top_k: int | None,
-            max_tokens: int) -> None:
+# --- rewards ---
+@click.option("--reward", type=click.Choice(REWARD_MODES), default="auto", show_default=True,
+              help="auto: the task's own checks (or the page's reward), else the judge when one is set.")
+@click.option("--judge-base-url", default=None, help="The judge's OpenAI-compatible API root.")
+@click.option("--judge-model", default="", help="The judge's served model name.")
+@click.option("--judge-concurrency", type=click.IntRange(1), default=16, show_default=True,
+              help="Judge calls in flight.")
+@click.option("--stragglers", is_flag=True,
+              help="Cut the last episodes: once --straggler-fraction of the run has finished, the rest get "
+                   "--straggler-grace seconds, then end with an error record that says so.")
+@click.option("--straggler-fraction", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True)
+@click.option("--straggler-grace", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds.")
+def run_cmd(**opts: Any) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
+    o = SimpleNamespace(**opts)
     console = Console(stderr=True)
     try:
-        agent = AgentConfig(interaction=interaction, response_format=response_format, coords=coords,
-                            window=context_window, template_file=prompt_template)
+        agent = AgentConfig(interaction=o.interaction, response_format=o.response_format, coords=o.coords,
+                            window=o.context_window, template_file=o.prompt_template)
         agent.templates()  # a broken template file fails here, before anything starts
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    if not Path(chromium).exists():
-        raise click.ClickException(f"Chromium not found at {chromium} (apt-get install chromium)")
-    # Validate the task file before anything starts.
+    if not Path(o.chromium).exists():
+        raise click.ClickException(f"Chromium not found at {o.chromium} (apt-get install chromium)")
+    # Validate the tasks before anything starts.
+    miniwob = is_miniwob_spec(o.tasks_path)
     try:
-        load_tasks(tasks_path, "http://127.0.0.1")
-    except TaskFileError as exc:
+        load_task_source(o.tasks_path, "http://127.0.0.1")
+    except (TaskFileError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    if resume_dir and not Path(resume_dir, "episodes.jsonl").exists():
-        raise click.ClickException(f"{resume_dir} is not a run directory (no episodes.jsonl)")
-    cfg = RunConfig(
-        tasks=tasks_path, policy=policy, concurrency=concurrency, workers=workers, mode=mode,
-        output_dir=output_dir, run_dir=resume_dir, episodes=episodes, split=split, retry_lost=retry_lost,
-        seed=seed, listen=listen, spawn_workers=not no_spawn, policy_concurrency=policy_concurrency,
-        worker=WorkerConfig(endpoint="", chromium_path=chromium, jpeg_quality=jpeg_quality,
-                            settle_timeout_s=settle_timeout),
-        agent=agent, sampling=SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
-                                             max_tokens=max_tokens, seed=seed),
-        backend=BackendConfig(model=model, base_url=base_url, api_key_env=api_key_env,
-                              image_transport=image_transport, token_ids=token_ids, timeout_s=request_timeout,
-                              device=device, max_batch=max_batch, sim_speed=sim_speed))
-    cfg.run_dir = resume_dir or str(new_run_dir(output_dir))  # file URLs and the manifest need it now
+    if o.resume_dir and not Path(o.resume_dir, "episodes.jsonl").exists():
+        raise click.ClickException(f"{o.resume_dir} is not a run directory (no episodes.jsonl)")
     try:
-        policy_obj = make_policy(policy, seed=seed, agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend,
-                                 max_in_flight=policy_concurrency, run_dir=str(Path(cfg.run_dir).resolve()))
+        cfg = RunConfig(
+            tasks=o.tasks_path, policy=o.policy, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
+            output_dir=o.output_dir, run_dir=o.resume_dir, episodes=o.episodes, split=o.split,
+            retry_lost=o.retry_lost, seed=o.seed, listen=o.listen, spawn_workers=not o.no_spawn,
+            policy_concurrency=o.policy_concurrency,
+            worker=WorkerConfig(endpoint="", chromium_path=o.chromium, jpeg_quality=o.jpeg_quality,
+                                settle_timeout_s=o.settle_timeout),
+            agent=agent, sampling=SamplingParams(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
+                                                 max_tokens=o.max_tokens, seed=o.seed),
+            backend=BackendConfig(model=o.model, base_url=o.base_url, api_key_env=o.api_key_env,
+                                  image_transport=o.image_transport, token_ids=o.token_ids,
+                                  timeout_s=o.request_timeout, device=o.device, max_batch=o.max_batch,
+                                  sim_speed=o.sim_speed),
+            reward=o.reward, judge=JudgeConfig(base_url=o.judge_base_url, model=o.judge_model,
+                                               concurrency=o.judge_concurrency, seed=o.seed),
+            straggler_fraction=o.straggler_fraction if o.stragglers else None,
+            straggler_grace_s=o.straggler_grace, telemetry=o.telemetry)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if o.tui and cfg.telemetry is None:
+        raise click.ClickException("--tui needs telemetry (not --telemetry off)")
+    cfg.run_dir = o.resume_dir or str(new_run_dir(o.output_dir))  # file URLs and the manifest need it now
+    try:
+        policy = make_policy(o.policy, seed=o.seed, agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend,
+                             max_in_flight=o.policy_concurrency, run_dir=str(Path(cfg.run_dir).resolve()))
     except (ValueError, ImportError) as exc:
         raise click.ClickException(str(exc)) from None
-    needs_sites = SITES_PLACEHOLDER in Path(tasks_path).read_text(encoding="utf-8")
+    # The bundled sites' server also serves MiniWoB++'s pages.
+    if miniwob:
+        sites: dict[str, Path] | None = miniwob_mount()
+    else:
+        sites = {} if SITES_PLACEHOLDER in Path(o.tasks_path).read_text("utf-8") else None
     try:
-        summary = _uvloop_run(_run_with_progress(cfg, policy_obj, needs_sites, console))
+        coro = _run_with_progress(cfg, policy, sites, console, show=not o.tui)
+        summary = _uvloop_run(run_with_tui(coro, cfg.run_dir) if o.tui else coro)
     except KeyboardInterrupt:
         # Episodes in flight wrote no record: --resume runs them again.
         console.print(f"interrupted; continue with: webgym-engine run --resume {cfg.run_dir}")
         sys.exit(130)
     console.print(summary_table(summary, title=f"run summary: {cfg.run_dir}"))
-    if summary_json:
-        Path(summary_json).write_text(json.dumps(summary, indent=2))
+    if o.summary_json:
+        Path(o.summary_json).write_text(json.dumps(summary, indent=2))
     if summary["lost"]:
         sys.exit(2)
 
 
-async def _run_with_progress(cfg: RunConfig, policy: Policy, needs_sites: bool, console: Console) -> dict:
+async def _run_with_progress(cfg: RunConfig, policy: Policy, sites: dict[str, Path] | None,
+                             console: Console, show: bool = True) -> dict:
+    """Run with a progress display (unless ``show`` is off: the monitor shows the run);
+    ``sites``: the site server's extra mounts, or None for no site server."""
     from engine.sites.server import SiteServer
 
     progress: list[asyncio.Task] = []
 
     def on_start(engine, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+        if not show:
+            return
         console.print(f"run directory: {run_dir}  ({cfg.policy} policy, {cfg.mode} mode, "
                       f"concurrency {cfg.concurrency}, {cfg.workers} browser workers)")
         progress.append(asyncio.ensure_future(show_progress(engine.stats, console)))
 
     with contextlib.ExitStack() as stack:
-        base_url = stack.enter_context(SiteServer()).base_url if needs_sites else None
+        base_url = stack.enter_context(SiteServer(mounts=sites)).base_url if sites is not None else None
         try:
             stats, _ = await run(cfg, policy, base_url, on_start=on_start)
         finally:
@@ -170,6 +213,34 @@ async def _run_with_progress(cfg: RunConfig, policy: Policy, needs_sites: bool, 
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
     return stats.summary()
+
+
+main.add_command(tasks_group)
+main.add_command(bench_cmd)
+main.add_command(monitor)
+main.add_command(export_cmd)
+
+
+@main.command("judge")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--judge-base-url", required=True, help="The judge's OpenAI-compatible API root.")
+@click.option("--judge-model", required=True, help="The judge's served model name.")
+@click.option("--all", "judge_all", is_flag=True, help="Judge every episode again, not only the pending ones.")
+@click.option("--judge-concurrency", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Verdict cache (default: judge-cache beside the run directory).")
+def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: bool, judge_concurrency: int,
+              cache_dir: str | None) -> None:
+    """(Re)judge the episodes of a finished run: those still pending, or all with --all."""
+    if not (run_dir / "episodes.jsonl").exists():
+        raise click.ClickException(f"{run_dir} is not a run directory (no episodes.jsonl)")
+    cfg = JudgeConfig(base_url=judge_base_url, model=judge_model, concurrency=judge_concurrency,
+                      cache_dir=cache_dir or str(run_dir.resolve().parent / "judge-cache"))
+    counts = _uvloop_run(rejudge(run_dir, cfg, judge_all))
+    Console(stderr=True).print(f"judged {counts['judged']} episodes of {run_dir}: {counts['success']} succeeded, "
+                               f"{counts['failure']} failed, {counts['pending']} still pending")
+    if counts["pending"]:
+        sys.exit(1)
 
 
 @main.command("worker")

@@ -48,7 +48,8 @@ def summary_table(summary: dict[str, Any], title: str = "run summary") -> Table:
     table.add_column("value", justify="right")
     rows = [
         ("episodes", summary["episodes"]), ("succeeded", summary["succeeded"]), ("failed", summary["failed"]),
-        ("errors", summary["errors"]), ("lost", summary["lost"]), ("success rate", f"{summary['success_rate']:.1%}"),
+        ("errors", summary["errors"]), ("judge pending", summary["judge_pending"]), ("lost", summary["lost"]),
+        ("success rate", f"{summary['success_rate']:.1%}"),
         ("steps", summary["steps"]), ("steps/s", f"{summary['steps_per_s']:.2f}"),
         ("step latency p50", f"{summary['step_latency_p50_ms']:.0f} ms"),
         ("step latency p95", f"{summary['step_latency_p95_ms']:.0f} ms"),

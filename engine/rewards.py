@@ -27,7 +27,7 @@ class FactVerdict:
 @dataclass(slots=True)
 class Reward:
     value: float | None  # None: no reward could be computed
-    source: str  # program | none
+    source: str  # program | page | judge | none
     reason: str
     facts: list[FactVerdict] = field(default_factory=list)
     # What the reward was decided on, for audits (the judge's calls, prompts, replies, kept images); JSON-able.

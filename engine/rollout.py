@@ -11,22 +11,28 @@ in lock-step. Whatever happens, a rollout ends with exactly one record.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
 from engine._imgcodec import ImgCodecError, frame_diff
-from engine.rewards import Reward, program_reward
+from engine.rewards import FactVerdict, Reward, program_reward
 from engine.stats import RunStats
 from engine.store import FORMAT_VERSION, RunStore, episode_key
 from engine.tasks import Task
 from policy.base import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 
+if TYPE_CHECKING:
+    from engine.judging import JudgeQueue
+
 CHANGED_FRACTION = 0.002  # share of (1/4-scale) pixels that must differ for "page changed"
+REWARD_MODES = ("auto", "judge", "program")
 
 
 class State(StrEnum):
@@ -65,6 +71,15 @@ class EpisodeStatus:
     op: Op = Op.NONE
     step: int = 0
     reward: float | None = None
+    # What the monitor's detail view shows; updated as the episode goes.
+    task: str = ""  # the instruction
+    url: str = ""
+    title: str = ""
+    action: str = ""  # the last action, in one line
+    thought: str = ""  # the last thought the policy gave, if any
+    screenshot: str = ""  # the latest stored screenshot (path in the run directory)
+    step_timings_ms: dict[str, float] = field(default_factory=dict)  # of the last completed step
+    error: str = ""  # the error kind that ended the episode
 
     @property
     def cell(self) -> str:
@@ -82,6 +97,7 @@ class RolloutSettings:
     retry_lost: int = 1  # how many times an episode whose worker died starts again
     mode: str = "async"
     policy_version: int = 0
+    reward: str = "auto"  # auto: the page's or the task's own checks, else the judge (if any) | judge | program
 
 
 @dataclass
@@ -95,6 +111,23 @@ class RolloutContext:
     stats: RunStats
     settings: RolloutSettings = field(default_factory=RolloutSettings)
     on_status: Callable[[EpisodeStatus], None] | None = None
+    judge: JudgeQueue | None = None  # judges episodes off the rollout path
+
+
+def _page_reward(state: dict[str, Any] | None) -> Reward:
+    """The reward a page computed itself (``reward_source: page``), in the rubric shape of programmatic
+    rewards: one fact, "the page's own reward", that holds when the page ended its episode with a positive
+    raw reward. The raw and time-scaled values and the page's reason stay in the detail."""
+    if state is None:
+        return Reward(None, "none", "the page reported no state (its probe never answered)")
+    done, raw = bool(state.get("done")), state.get("raw_reward")
+    passed = done and isinstance(raw, int | float) and raw > 0
+    if done:
+        detail = f"raw reward {raw}, time-scaled {state.get('reward')}, reason {state.get('reason')!r}"
+    else:
+        detail = "the page did not end its episode"
+    fact = FactVerdict("1", "the page's own reward", "page", passed, detail)
+    return Reward(1.0 if passed else 0.0, "page", detail, [fact])
 
 
 class _EpisodeError(Exception):
@@ -111,7 +144,7 @@ class Rollout:
         self.sample = sample
         self.ctx = ctx
         self.episode_id = episode_key(task.task_id, sample)
-        self.status = EpisodeStatus(self.episode_id, task.task_id)
+        self.status = EpisodeStatus(self.episode_id, task.task_id, task=task.task_name)
         ctx.stats.move(None, self.status.state.value)
         self.record: dict[str, Any] | None = None
         self.attempts = 0
@@ -183,11 +216,29 @@ class Rollout:
         self.session = await self.ctx.pool.lease(self.episode_id)
         self.timings["wait_browser_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.NAVIGATE)
+        # A page that runs its own episode (MiniWoB++): a setup script starts it, a probe expression reports
+        # its state (reward, done, instruction) with every observation. Plain tasks send neither.
+        page_args: dict[str, str] = {k: v for k in ("setup_js", "probe_js")
+                                     if isinstance(v := self.task.extra.get(k), str)}
+        if "setup_js" in page_args:
+            # Per-episode identity for the script (e.g. a random seed): the same problem in every run.
+            episode = {"episode_id": self.episode_id, "task_id": self.task.task_id, "sample": self.sample}
+            page_args["setup_js"] = f"window.WEBGYM_EPISODE = {json.dumps(episode)};\n{page_args['setup_js']}"
+        self.page_state: dict[str, Any] | None = None  # the probe's last readable result
         t = time.monotonic()
-        obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som)
+        obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame)
+        if isinstance(obs.probe, dict) and "error" not in obs.probe:
+            self.page_state = obs.probe
+            utterance = obs.probe.get("utterance")
+            if isinstance(utterance, str) and utterance.strip():
+                # The instruction the page generated for this episode: what the policy sees and the record
+                # keeps (a copy: the Task itself is shared and immutable).
+                self.task = dataclasses.replace(self.task, task_name=utterance.strip())
+                self.status.task = self.task.task_name
+            self.over = bool(obs.probe.get("done"))
 
     async def _step(self) -> None:
         assert self.session is not None and self.current is not None
@@ -204,7 +255,8 @@ class Rollout:
             "screenshot": self.current_frame_path, "settled": self.current.settled,
             "action": action.to_dict(), "action_text": action.describe(), "reply": reply.text,
             "thought": reply.thought, "parse_error": reply.parse_error,
-            "policy_version": reply.policy_version,
+            "policy_version": (reply.policy_version if reply.policy_version is not None
+                               else self.ctx.settings.policy_version),
         }
         if reply.details is not None:
             step["parsed"] = reply.details
@@ -215,6 +267,7 @@ class Rollout:
         timings = {"policy_ms": round((t_policy - t_step) * 1000, 2)}
         self.current.action = action
         self.current.reply = reply.text
+        self.status.action, self.status.thought = action.describe(), (reply.thought or "")[:500]
         self.current.action_text = (reply.details or {}).get("action_text")
         if action.ends_episode:
             self.answer = action.text or ""
@@ -237,8 +290,16 @@ class Rollout:
                 step["page_changed"] = changed
                 step["result"] = {"url": obs.url, "title": obs.title, "settle": obs.settle,
                                   "screenshot": self.current_frame_path}
+                if obs.probe is not None:
+                    step["probe"] = obs.probe
+                    if isinstance(obs.probe, dict) and "error" not in obs.probe:
+                        self.page_state = obs.probe
+                        if obs.probe.get("done"):
+                            self.over = True  # the page ended its episode: its reward is final
         timings["step_ms"] = round((time.monotonic() - t_step) * 1000, 2)
         step["timings_ms"] = timings
+        self.status.step_timings_ms = timings
+        self.ctx.stats.record_step_phases(timings)
         self.steps.append(step)
         self.ctx.stats.record_step(timings["step_ms"])
         if not self.over and len(self.steps) >= cap:
@@ -297,20 +358,42 @@ class Rollout:
             self._push_history(self.current)
         self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements)
         self.current_frame_path = path
+        self.status.url, self.status.title, self.status.screenshot = obs.url, obs.title, path
         return changed
 
     async def _finish(self) -> None:
         assert self.session is not None and self.current is not None
         self._set(State.RUNNING, Op.REWARD)
-        reward = await self._reward()
-        status = "success" if reward.value == 1.0 else "failure"
-        self.status.reward = reward.value
-        self._write(status, reward=reward)
+        if self._judged():
+            # The judge reads the stored screenshots later: record now, free the browser, never wait.
+            self._write("judge_pending")
+            assert self.ctx.judge is not None and self.record is not None
+            self.ctx.judge.submit(self.task, self.record)
+        else:
+            t_reward = time.monotonic()
+            reward = await self._reward()
+            self.ctx.stats.record_phase("judge", (time.monotonic() - t_reward) * 1000)
+            self.status.reward = reward.value
+            self._write("success" if reward.value == 1.0 else "failure", reward=reward)
         self._set(State.FINISHED)
         await self._release_browser()
 
+    def _judged(self) -> bool:
+        """Whether the judge gives this episode's reward (``--reward``; auto prefers the task's own checks)."""
+        mode = self.ctx.settings.reward
+        if mode == "program" or self.ctx.judge is None:
+            return False
+        own_checks = self.task.has_checks or self.task.extra.get("reward_source") == "page"
+        return mode == "judge" or not own_checks
+
+    async def cut(self, reason: str) -> None:
+        """End an episode the engine stopped (a straggler) with an error record that says why."""
+        await self._fail("straggler", reason)
+
     async def _reward(self) -> Reward:
         assert self.session is not None and self.current is not None
+        if self.task.extra.get("reward_source") == "page":
+            return _page_reward(getattr(self, "page_state", None))
         if not self.task.has_checks:
             return Reward(None, "none", "no programmatic checks for this task (a judge is needed)")
         return await program_reward(self.task, self.current.url, self.answer, self.session.evaluate)
@@ -335,6 +418,7 @@ class Rollout:
 
     async def _fail(self, kind: str, message: str) -> None:
         if self.record is None:
+            self.status.error = kind
             self._write("error", error={"kind": kind, "message": message})
             self._set(State.FAILED)
         await self._release_browser()

@@ -20,10 +20,14 @@ from typing import Any
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig
 from engine.agent.prompts import AgentConfig
-from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettings
+from engine.judge import JudgeConfig, RubricJudge
+from engine.judging import JudgeQueue
+from engine.miniwob import is_miniwob_spec, load_miniwob_tasks
+from engine.rollout import REWARD_MODES, EpisodeStatus, Rollout, RolloutContext, RolloutSettings
 from engine.stats import RunStats
 from engine.store import RunStore, episode_key, finished_keys
 from engine.tasks import BUNDLED_TASKS, Task, load_tasks
+from engine.telemetry import TelemetryPublisher, resolve_endpoint
 from policy.base import Policy
 from policy.model import SamplingParams
 from policy.registry import BackendConfig
@@ -53,12 +57,31 @@ class RunConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)  # the model backends' agent protocol
     sampling: SamplingParams = field(default_factory=SamplingParams)
     backend: BackendConfig = field(default_factory=BackendConfig)
+    reward: str = "auto"  # auto | judge | program (auto: the page's or the task's own checks, else the judge)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    # Stragglers: once this fraction of the run has a record, the rest get `straggler_grace_s` more, then end
+    # with an error record that says so. None: off (the default for the test split: evaluations wait).
+    straggler_fraction: float | None = None
+    straggler_grace_s: float = 30.0
+    # Live telemetry for `webgym-engine monitor`: "ipc" (a socket in the run directory), "tcp://HOST:PORT"
+    # (port may be *), or None (off). Costs nothing measurable with no monitor attached.
+    telemetry: str | None = "ipc"
 
     def __post_init__(self) -> None:
         if self.mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', not {self.mode!r}")
+        if self.reward not in REWARD_MODES:
+            raise ValueError(f"reward must be one of {REWARD_MODES}, not {self.reward!r}")
+        if self.reward == "judge" and not self.judge.base_url:
+            raise ValueError("--reward judge needs --judge-base-url and --judge-model")
+        if self.straggler_fraction is not None and not 0 < self.straggler_fraction <= 1:
+            raise ValueError("the straggler fraction must be in (0, 1]")
         if self.concurrency < 1 or self.workers < 1:
             raise ValueError("concurrency and workers must be at least 1")
+        if self.telemetry == "off":
+            self.telemetry = None
+        if self.telemetry is not None and not (self.telemetry == "ipc" or self.telemetry.startswith(("tcp://", "ipc://"))):
+            raise ValueError(f"--telemetry must be ipc, tcp://HOST:PORT, ipc://PATH or off, not {self.telemetry!r}")
 
 
 def plan_episodes(tasks: list[Task], episodes: int | None, done: set[str]) -> list[tuple[Task, int]]:
@@ -73,14 +96,17 @@ class Engine:
 
     def __init__(self, cfg: RunConfig, pool: BrowserPool, policy: Policy, store: RunStore,
                  stats: RunStats | None = None,
-                 on_status: Callable[[EpisodeStatus], None] | None = None) -> None:
+                 on_status: Callable[[EpisodeStatus], None] | None = None,
+                 judge: RubricJudge | None = None) -> None:
         self.cfg = cfg
         self.stats = stats or RunStats()
+        self.judge_queue = (JudgeQueue(judge, store, on_verdict=lambda j, _: self.stats.record_verdict(j))
+                            if judge is not None else None)
         self.ctx = RolloutContext(
             pool=pool, policy=policy, policy_slots=asyncio.Semaphore(cfg.policy_concurrency),
             store=store, stats=self.stats,
-            settings=RolloutSettings(split=cfg.split, retry_lost=cfg.retry_lost, mode=cfg.mode),
-            on_status=on_status)
+            settings=RolloutSettings(split=cfg.split, retry_lost=cfg.retry_lost, mode=cfg.mode, reward=cfg.reward),
+            on_status=on_status, judge=self.judge_queue)
 
     async def run(self, plan: list[tuple[Task, int]]) -> RunStats:
         """Run every planned episode to exactly one record."""
@@ -92,6 +118,8 @@ class Engine:
                 await self._run_sync(rollouts)
             else:
                 await self._run_async(rollouts)
+            if self.judge_queue is not None:
+                await self.judge_queue.drain()
         finally:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -114,7 +142,34 @@ class Engine:
                 await r.run()
 
         n = min(self.cfg.concurrency, len(rollouts))
-        await asyncio.gather(*(runner() for _ in range(n)))
+        runners = [asyncio.ensure_future(runner()) for _ in range(n)]
+        watcher = (asyncio.ensure_future(self._cut_stragglers(rollouts, runners))
+                   if self.cfg.straggler_fraction is not None else None)
+        try:
+            await asyncio.gather(*runners, return_exceptions=watcher is not None)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        for r in rollouts:  # the episodes the watcher cut (in flight or never started)
+            if not r.finished:
+                await r.cut(self._straggler_reason)
+
+    @property
+    def _straggler_reason(self) -> str:
+        return (f"straggler: cut {self.cfg.straggler_grace_s:g} s after {self.cfg.straggler_fraction:.0%} "
+                "of the run had finished")
+
+    async def _cut_stragglers(self, rollouts: list[Rollout], runners: list[asyncio.Future[None]]) -> None:
+        """Once the set fraction of episodes has a record, wait the grace period, then stop the rest."""
+        assert self.cfg.straggler_fraction is not None
+        need = self.cfg.straggler_fraction * len(rollouts)
+        while sum(r.finished for r in rollouts) < need:
+            await self.stats.wait_for_episode()
+        await asyncio.sleep(self.cfg.straggler_grace_s)
+        for task in runners:
+            task.cancel()
 
     async def _run_sync(self, rollouts: list[Rollout]) -> None:
         for start in range(0, len(rollouts), self.cfg.concurrency):
@@ -130,6 +185,15 @@ class Engine:
             pss = await asyncio.to_thread(self.ctx.pool.browser_pss_bytes)
             self.stats.peak_browser_pss = max(self.stats.peak_browser_pss, pss)
             await asyncio.sleep(max(self.cfg.memory_sample_s, 20 * (time.monotonic() - t0)))
+
+
+def load_task_source(spec: str, base_url: str | None) -> list[Task]:
+    """Tasks from a task file, or MiniWoB++ tasks for ``miniwob`` / ``miniwob:name,...`` (served at base_url)."""
+    if is_miniwob_spec(spec):
+        if base_url is None:
+            raise ValueError("MiniWoB++ tasks need the site server (its pages are served there)")
+        return load_miniwob_tasks(spec, base_url)
+    return load_tasks(spec, base_url)
 
 
 def new_run_dir(output_dir: str) -> Path:
@@ -154,7 +218,7 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
               on_start: Callable[[Engine, Path], Any] | None = None,
               on_status: Callable[[EpisodeStatus], None] | None = None) -> tuple[RunStats, Path]:
     """Load tasks, open the run directory, start the pool and policy, run, and shut down cleanly."""
-    tasks = load_tasks(cfg.tasks, base_url)
+    tasks = load_task_source(cfg.tasks, base_url)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.output_dir)
     cfg.run_dir = str(run_dir)
     store = RunStore(run_dir)
@@ -163,15 +227,59 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
     store.write_manifest({**asdict(cfg), "policy_info": policy.describe(), "sites_base_url": base_url,
                           "resumed_with": len(done)})
     pool = BrowserPool(pool_config(cfg, str(run_dir / "workers.log")))
+    judge = _make_judge(cfg)
+    telemetry: TelemetryPublisher | None = None
     try:
+        telemetry = _make_telemetry(cfg, run_dir, plan)  # first: a monitor can attach while the pool starts
+        if telemetry is not None:
+            on_status = _both(telemetry.on_status, on_status)
         await pool.start()
         await policy.start()
-        engine = Engine(cfg, pool, policy, store, on_status=on_status)
+        if judge is not None:
+            await judge.start()
+        engine = Engine(cfg, pool, policy, store, on_status=on_status, judge=judge)
+        if telemetry is not None:
+            telemetry.attach(engine)
         if on_start:
             on_start(engine, run_dir)
         stats = await engine.run(plan)
     finally:
+        if telemetry is not None:
+            await telemetry.close()
+        if judge is not None:
+            await judge.close()
         await policy.close()
         await pool.close()
         store.close()
     return stats, run_dir
+
+
+def _make_telemetry(cfg: RunConfig, run_dir: Path, plan: list[tuple[Task, int]]) -> TelemetryPublisher | None:
+    """The telemetry publisher (bound and ticking, its endpoint in RUN_DIR/telemetry.json), or None when off."""
+    if not cfg.telemetry:
+        return None
+    telemetry = TelemetryPublisher(resolve_endpoint(cfg.telemetry, run_dir), run_dir)
+    telemetry.add_episodes((episode_key(t.task_id, s), t.task_id) for t, s in plan)
+    telemetry.start()
+    return telemetry
+
+
+def _both(first: Callable[[EpisodeStatus], None],
+          second: Callable[[EpisodeStatus], None] | None) -> Callable[[EpisodeStatus], None]:
+    """One status callback that calls both."""
+    if second is None:
+        return first
+
+    def call(status: EpisodeStatus) -> None:
+        first(status)
+        second(status)
+    return call
+
+
+def _make_judge(cfg: RunConfig) -> RubricJudge | None:
+    """The judge, when the reward mode may use it; verdicts are cached beside the run directory, shared by runs."""
+    if cfg.reward == "program" or not cfg.judge.base_url:
+        return None
+    if cfg.judge.cache_dir is None:
+        cfg.judge.cache_dir = str(Path(cfg.run_dir or cfg.output_dir).parent / "judge-cache")
+    return RubricJudge(cfg.judge)

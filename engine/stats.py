@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-SUMMARY_KEYS = ("episodes", "succeeded", "failed", "errors", "lost", "steps", "steps_per_s",
+SUMMARY_KEYS = ("episodes", "succeeded", "failed", "errors", "judge_pending", "lost", "steps", "steps_per_s",
                 "step_latency_p50_ms", "step_latency_p95_ms", "peak_browser_pss_mib")
+PHASE_WINDOW = 2000  # latency samples kept per phase
+# Step timing keys (from the worker and the rollout) -> phase names of the live displays.
+_STEP_PHASES = (("action_ms", "action"), ("settle_ms", "settle"), ("screenshot_ms", "screenshot"),
+                ("policy_ms", "model"))
 
 
 @dataclass
@@ -20,7 +25,7 @@ class RunStats:
     total: int = 0  # episodes that entered the run
     started_at: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
-    outcomes: Counter[str] = field(default_factory=Counter)  # success | failure | error
+    outcomes: Counter[str] = field(default_factory=Counter)  # success | failure | error | judge_pending
     steps: int = 0
     step_latencies_ms: list[float] = field(default_factory=list)
     states: Counter[str] = field(default_factory=Counter)  # live count per rollout state letter
@@ -31,8 +36,51 @@ class RunStats:
         self.steps += 1
         self.step_latencies_ms.append(latency_ms)
 
+    # Per-phase latencies for live displays: a bounded window each, so a long run costs constant memory.
+    _phases: dict[str, deque[float]] = field(default_factory=dict, repr=False)
+
+    def record_phase(self, name: str, ms: float) -> None:
+        """One latency sample (ms) of a phase: action, settle, screenshot, model, judge."""
+        window = self._phases.get(name)
+        if window is None:
+            window = self._phases[name] = deque(maxlen=PHASE_WINDOW)
+        window.append(ms)
+
+    def record_step_phases(self, timings_ms: dict[str, float]) -> None:
+        """The phases of one step's timings (keys as in ``episodes.jsonl``: policy_ms, action_ms, ...)."""
+        for key, name in _STEP_PHASES:
+            ms = timings_ms.get(key)
+            if ms is not None:
+                self.record_phase(name, ms)
+
+    def phase_percentiles(self) -> dict[str, tuple[float, float, int]]:
+        """``{phase: (p50_ms, p95_ms, samples in the window)}`` over the last PHASE_WINDOW samples of each."""
+        out: dict[str, tuple[float, float, int]] = {}
+        for name, window in self._phases.items():
+            if window:
+                p50, p95 = np.percentile(np.fromiter(window, float, len(window)), (50, 95))
+                out[name] = (round(float(p50), 1), round(float(p95), 1), len(window))
+        return out
+
+    _episode_done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
     def record_episode(self, status: str) -> None:
         self.outcomes[status] += 1
+        self._episode_done.set()
+
+    def record_verdict(self, judgement: dict[str, Any]) -> None:
+        """A judge verdict arrived for a pending episode (an error leaves it pending)."""
+        reward = judgement.get("reward")
+        if isinstance(ms := judgement.get("judge_ms"), int | float):  # the judge's latency, when it says
+            self.record_phase("judge", ms)
+        if reward is not None:
+            self.outcomes["judge_pending"] -= 1
+            self.outcomes["success" if reward["value"] == 1.0 else "failure"] += 1
+
+    async def wait_for_episode(self) -> None:
+        """Return once another episode has its record."""
+        self._episode_done.clear()
+        await self._episode_done.wait()
 
     def move(self, old: str | None, new: str) -> None:
         if old is not None:
@@ -63,6 +111,7 @@ class RunStats:
             "succeeded": self.outcomes["success"],
             "failed": self.outcomes["failure"],
             "errors": self.outcomes["error"],
+            "judge_pending": self.outcomes["judge_pending"],
             "lost": self.total - self.done,
             "steps": self.steps,
             "steps_per_s": round(self.steps_per_s, 2),

@@ -4,10 +4,15 @@ Layout::
 
     RUN_DIR/manifest.json          format version, config, code version, start time
     RUN_DIR/episodes.jsonl         exactly one record per episode, appended atomically
+    RUN_DIR/judgements.jsonl       judge verdicts, appended as they come (the latest per episode counts)
     RUN_DIR/frames/<episode>/NNN.jpg   the worker's JPEG bytes, never re-encoded
 
 A record is one ``write`` of one line on a file opened with O_APPEND, so it is either there whole or
 not at all; a torn last line (the process killed inside the write) is cut off when the run resumes.
+
+An episode rewarded by the judge is recorded with status ``judge_pending`` as soon as it ends, so the
+rollout never waits for the judge; its verdict lands in ``judgements.jsonl`` later, and
+:func:`read_records` returns the records with their latest verdicts merged in.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ class RunStore:
         self.frames_dir = self.dir / "frames"
         self.episodes_path = self.dir / "episodes.jsonl"
         self.frames_dir.mkdir(parents=True, exist_ok=True)
-        self._repair_tail()
+        self.judgements_path = self.dir / "judgements.jsonl"
+        _repair_tail(self.episodes_path)
+        self._judgements_fd: int | None = None
         self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write_manifest(self, config: dict[str, Any]) -> None:
@@ -87,40 +94,78 @@ class RunStore:
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one episode record as a single line in a single write."""
-        data = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
-        written = os.write(self._fd, data)
-        if written != len(data):  # a full disk: never leave half a line behind
-            os.ftruncate(self._fd, os.lseek(self._fd, 0, os.SEEK_END) - written)
-            raise OSError(f"short write of an episode record to {self.episodes_path}")
+        _append_line(self._fd, self.episodes_path, record)
+
+    def append_judgement(self, judgement: dict[str, Any]) -> None:
+        """Append one judge verdict (``episode_id``, ``status``, ``reward``, ``error``, ``judged_at``)."""
+        if self._judgements_fd is None:
+            _repair_tail(self.judgements_path)
+            self._judgements_fd = os.open(self.judgements_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _append_line(self._judgements_fd, self.judgements_path, judgement)
 
     def close(self) -> None:
         os.close(self._fd)
+        if self._judgements_fd is not None:
+            os.close(self._judgements_fd)
 
-    def _repair_tail(self) -> None:
-        """Cut a torn last line left by a killed process."""
-        if not self.episodes_path.exists():
+
+def _append_line(fd: int, path: Path, obj: dict[str, Any]) -> None:
+    data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+    written = os.write(fd, data)
+    if written != len(data):  # a full disk: never leave half a line behind
+        os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
+        raise OSError(f"short write of a record to {path}")
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut a torn last line left by a killed process."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
             return
-        with open(self.episodes_path, "rb+") as f:
-            data = f.read()
-            if not data or data.endswith(b"\n"):
-                return
-            cut = data.rfind(b"\n") + 1
-            f.truncate(cut)
+        f.truncate(data.rfind(b"\n") + 1)
 
 
-def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All complete records of a run (a torn last line is ignored)."""
-    path = Path(run_dir) / "episodes.jsonl"
+def _read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    records = []
+    out = []
     for line in path.read_bytes().split(b"\n"):
         if line.strip():
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a torn last line
                 continue
-    return records
+    return out
+
+
+def read_judgements(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """The latest judge verdict of each episode."""
+    return {j["episode_id"]: j for j in _read_lines(Path(run_dir) / "judgements.jsonl")}
+
+
+def merge_judgement(record: dict[str, Any], judgement: dict[str, Any]) -> dict[str, Any]:
+    """The record as the verdict leaves it: rewarded (success/failure), or still pending with the judge's error."""
+    merged = {**record, "judged_at": judgement.get("judged_at")}
+    if judgement.get("reward") is not None:
+        merged["reward"] = judgement["reward"]
+        merged["status"] = "success" if judgement["reward"]["value"] == 1.0 else "failure"
+        merged.pop("judge_error", None)
+    else:
+        merged["judge_error"] = judgement.get("error")
+    return merged
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """All complete records of a run (a torn last line is ignored), with judge verdicts merged in."""
+    records = _read_lines(Path(run_dir) / "episodes.jsonl")
+    judgements = read_judgements(run_dir)
+    if not judgements:
+        return records
+    return [merge_judgement(r, judgements[r["episode_id"]]) if r.get("episode_id") in judgements else r
+            for r in records]
 
 
 def finished_keys(run_dir: str | Path) -> set[str]:

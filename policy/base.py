@@ -62,7 +62,7 @@ class PolicyReply:
     parse_error: str | None = None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
-    policy_version: int = 0
+    policy_version: int | None = None  # the weights' version that produced it; None: the one asked for
     messages: list[dict[str, Any]] | None = None  # the exact chat the model was given (images by REF)
     details: dict[str, Any] | None = None  # parsed fields, coordinate frames, generation facts
 

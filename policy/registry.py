@@ -1,7 +1,8 @@
 """Build a policy by name (the CLI's ``--policy``).
 
-``scripted``, ``random`` and ``instant`` act directly; ``openai``, ``hf``, ``vllm`` and ``simulated`` are
-model backends driven through the web-agent protocol (:class:`policy.agent_policy.AgentPolicy`).
+``scripted``, ``random``, ``instant`` and ``miniwob-scripted`` (MiniWoB++ tasks) act directly; ``openai``,
+``hf``, ``vllm`` and ``simulated`` are model backends driven through the web-agent protocol
+(:class:`policy.agent_policy.AgentPolicy`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from engine.agent.prompts import AgentConfig
 from policy.base import Policy
 from policy.model import LanguageModel, SamplingParams
 
-DIRECT_POLICIES = ("scripted", "random", "instant")
+DIRECT_POLICIES = ("scripted", "random", "instant", "miniwob-scripted")
 MODEL_BACKENDS = ("openai", "hf", "vllm", "simulated")
 POLICY_NAMES = DIRECT_POLICIES + MODEL_BACKENDS
 
@@ -66,10 +67,13 @@ def make_policy(name: str, seed: int = 0, agent: AgentConfig | None = None, samp
         return ScriptedPolicy()
     if name == "random":
         from policy.random_policy import RandomPolicy
-        return RandomPolicy(seed=seed)
+        return RandomPolicy(seed=seed, som=bool(agent and agent.som))
     if name == "instant":
         from policy.instant import InstantPolicy
         return InstantPolicy()
+    if name == "miniwob-scripted":
+        from policy.miniwob_scripted import MiniWobScriptedPolicy
+        return MiniWobScriptedPolicy()
     if name in MODEL_BACKENDS:
         from policy.agent_policy import AgentPolicy
         model = make_model(name, backend or BackendConfig(), seed, max_in_flight, run_dir)

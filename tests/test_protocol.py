@@ -25,6 +25,11 @@ OBS_SOM = P.Observation(
     timings_ms={"settle_ms": 40.0, "som_ms": 1.2, "screenshot_ms": 20.0, "draw_ms": 5.1}, point=None, note=None,
     elements=[[1, "button", "first", 100, 100, 200, 60], [2, "a", "Caf\u00e9 \u2026", 0, 0, 1280, 1],
               [3, "input", "", 10, 20, 30, 40]])
+OBS_PROBE = P.Observation(
+    url="http://127.0.0.1:8000/miniwob/miniwob/click-button.html", title="Click Button Task", settled=True,
+    settle="quiet", width=1280, height=768, frame=P.FrameRef(1, 2, 3), frame_bytes=None, timings_ms={},
+    point=None, note=None, elements=None,
+    probe={"done": True, "reward": 0.93, "raw_reward": 1, "reason": None, "utterance": "Click on the \"ok\" button."})
 
 MESSAGES: list[P.Message] = [
     P.Hello("w0", 1234, "host-a", 5678, "131.0.6778.204", "wg-1234-abcd", 64, 1 << 20),
@@ -37,6 +42,9 @@ MESSAGES: list[P.Message] = [
               [[0, 1], [5, 9]]),
     P.Request(3, "evaluate", "ep-1", {"exprs": ["document.title", "1 + 1"]}),
     P.Request(4, "close", "ep-1"),
+    P.Request(5, "open", "ep-2", {"url": "http://127.0.0.1:8000/m.html", "setup_js": "core.startEpisodeReal();",
+                                  "probe_js": "WOB_DONE_GLOBAL"}),
+    P.Reply(6, True, OBS_PROBE.to_wire()),
     P.Reply(2, True, OBS_INLINE.to_wire()),  # (tuples come back as lists: see the Observation test)
     P.Reply(3, True, ["click", 2, None, {"nested": [1, 2.5, "x"]}]),
     P.Reply(4, False, None, "navigation to file: URL refused", P.ERR_REFUSED),
@@ -73,7 +81,7 @@ def test_hello_defaults_to_current_protocol_version() -> None:
     assert hello.protocol == P.PROTOCOL_VERSION
 
 
-@pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE, OBS_SOM], ids=["shm", "inline", "som"])
+@pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE, OBS_SOM, OBS_PROBE], ids=["shm", "inline", "som", "probe"])
 def test_observation_wire_round_trip_through_a_reply(obs: P.Observation) -> None:
     reply = P.decode(P.encode(P.Reply(1, True, obs.to_wire())))
     assert isinstance(reply, P.Reply)
@@ -91,8 +99,10 @@ def test_observation_wire_layout() -> None:
     assert w[7] is None
     assert OBS_INLINE.to_wire()[6] is None
     assert OBS_INLINE.to_wire()[7] == OBS_INLINE.frame_bytes
-    assert w[11] is None  # elements: last, None outside Set-of-Marks mode
+    assert w[11] is None  # elements: None outside Set-of-Marks mode
     assert OBS_SOM.to_wire()[11] == OBS_SOM.elements
+    assert w[12] is None  # probe: last, None when the episode has no probe expression
+    assert OBS_PROBE.to_wire()[12] == OBS_PROBE.probe
 
 
 def test_observation_without_the_elements_field_still_reads() -> None:
@@ -101,6 +111,14 @@ def test_observation_without_the_elements_field_still_reads() -> None:
     back = P.Observation.from_wire(P.decode(P.encode(P.Reply(1, True, old))).body)
     assert back == OBS_SHM
     assert back.elements is None
+
+
+def test_observation_without_the_probe_field_still_reads() -> None:
+    """An observation from before ``probe`` (12 fields) reads as one without a probe result."""
+    old = OBS_SOM.to_wire()[:12]
+    back = P.Observation.from_wire(P.decode(P.encode(P.Reply(1, True, old))).body)
+    assert back == OBS_SOM
+    assert back.probe is None
 
 
 ACTIONS = [

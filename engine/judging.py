@@ -1,0 +1,112 @@
+"""Judging finished episodes off the rollout path.
+
+A rollout whose reward comes from the judge writes its record with status ``judge_pending`` and hands it
+here; it never waits. :class:`JudgeQueue` judges up to ``max_episodes`` episodes at a time (the judge
+itself caps its calls in flight), reads the screenshots back from the run directory, and appends each
+verdict to ``judgements.jsonl``. A judge failure leaves the episode pending with the error;
+``webgym-engine judge RUN_DIR`` judges it again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.judge import JudgeConfig, JudgeError, RubricJudge
+from engine.store import RunStore, read_records
+from engine.tasks import Task, parse_task
+
+log = logging.getLogger(__name__)
+
+
+def episode_screenshots(record: dict[str, Any]) -> list[str]:
+    """The stored screenshots of an episode in step order, the final page last (each once)."""
+    refs = [s["screenshot"] for s in record.get("steps", []) if s.get("screenshot")]
+    final = (record.get("final") or {}).get("screenshot")
+    if final:
+        refs.append(final)
+    return list(dict.fromkeys(refs))
+
+
+class JudgeQueue:
+    """Judges episodes in the background and stores the verdicts; ``on_verdict(judgement, record)`` follows each."""
+
+    def __init__(self, judge: RubricJudge, store: RunStore, max_episodes: int = 32,
+                 on_verdict: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> None:
+        self.judge = judge
+        self.store = store
+        self.on_verdict = on_verdict
+        self._slots = asyncio.Semaphore(max_episodes)
+        self._tasks: set[asyncio.Task[dict[str, Any]]] = set()
+        self.judged = 0
+        self.failed = 0
+
+    def submit(self, task: Task, record: dict[str, Any]) -> None:
+        """Queue one episode; returns at once."""
+        t = asyncio.ensure_future(self._run(task, record))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self) -> None:
+        """Wait until every submitted episode has its verdict (or its error)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def judge_record(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
+        """Judge one episode and store the verdict; never raises for a judge failure."""
+        judgement: dict[str, Any] = {"episode_id": record["episode_id"], "reward": None, "error": None}
+        t0 = time.monotonic()
+        try:
+            refs = episode_screenshots(record)
+            shots = await asyncio.to_thread(self._read, refs)
+            steps = [s.get("action_text", "") for s in record.get("steps", [])]
+            reward = await self.judge.judge(task, record.get("answer"), shots, steps)
+            judgement["reward"] = reward.to_dict()
+            self.judged += 1
+        except (JudgeError, OSError) as exc:
+            judgement["error"] = f"{type(exc).__name__}: {exc}"
+            self.failed += 1
+            log.warning("judge: episode %s stays pending: %s", record["episode_id"], exc)
+        judgement["judged_at"] = time.time()
+        judgement["judge_ms"] = round((time.monotonic() - t0) * 1000, 1)
+        self.store.append_judgement(judgement)
+        if self.on_verdict:
+            self.on_verdict(judgement, record)
+        return judgement
+
+    def _read(self, refs: list[str]) -> list[tuple[str, bytes]]:
+        return [(ref, (Path(self.store.dir) / ref).read_bytes()) for ref in refs]
+
+    async def _run(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
+        async with self._slots:
+            return await self.judge_record(task, record)
+
+
+async def rejudge(run_dir: str | Path, cfg: JudgeConfig, everything: bool = False) -> dict[str, int]:
+    """Judge the pending episodes of a run (every episode that reached its end, with ``everything``);
+    verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome."""
+    todo = [r for r in read_records(run_dir)
+            if r["status"] == "judge_pending" or (everything and r["status"] in ("success", "failure"))]
+    judge = RubricJudge(cfg)
+    store = RunStore(run_dir)
+    await judge.start()
+    try:
+        queue = JudgeQueue(judge, store, max_episodes=cfg.concurrency)
+        for i, record in enumerate(todo):
+            queue.submit(parse_task(record["task"], Path(run_dir) / "episodes.jsonl", f"record {i + 1}"), record)
+        await queue.drain()
+    finally:
+        await judge.close()
+        store.close()
+    ids = {r["episode_id"] for r in todo}
+    outcomes = [r["status"] for r in read_records(run_dir) if r["episode_id"] in ids]
+    return {"judged": len(todo), "success": outcomes.count("success"), "failure": outcomes.count("failure"),
+            "pending": outcomes.count("judge_pending")}

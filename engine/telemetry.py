@@ -1,0 +1,425 @@
+"""Live telemetry for monitors: compact state deltas and periodic aggregates on a ZeroMQ socket.
+
+The engine calls :meth:`TelemetryPublisher.on_status` on every state or operation change of a rollout;
+that only remembers the status object and marks it dirty (O(1), nothing serialised on the hot path). A
+task ticking at ``hz`` (10 by default) sends one msgpack message per tick with the dirty cells, and a few
+times a second the aggregates (counts, rates, latencies, queues, workers).
+
+The socket is an XPUB (a PUB that also hears subscriptions): with no monitor attached the ticks build and
+send nothing, and a new monitor gets a full snapshot at once. Sends never block the engine: the send
+high-water mark is small and a message that does not fit is dropped (PUB semantics); every ``snapshot_s``
+a compact snapshot of all cells heals whatever a slow monitor lost.
+
+Message (one msgpack map per ZeroMQ message)::
+
+    {"v": 1, "kind": "delta" | "snapshot" | "end", "seq": n, "t": unix time, "run": run dir name,
+     "cells":   {episode_id: [state, op, step, reward]},      # dirty cells; all of them in a snapshot
+     "tasks":   {episode_id: task_id},                       # snapshots, and cells announced for the first time
+     "details": {episode_id: {field: value}},                # only fields that changed since last sent
+     "agg":     {...}}                                       # a few times a second, and in every snapshot
+
+``details`` fields: task, url, title, action, thought, screenshot, timings, error. ``agg`` keys: see
+:meth:`TelemetryPublisher.aggregate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import zmq
+
+from engine.rollout import EpisodeStatus
+from engine.stats import RunStats
+
+if TYPE_CHECKING:
+    from browserpool.pool import BrowserPool
+    from engine.runner import Engine
+
+log = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+ENDPOINT_FILE = "telemetry.json"
+DETAIL_FIELDS = ("task", "url", "title", "action", "thought", "screenshot", "step_timings_ms", "error")
+DETAIL_NAMES = {"step_timings_ms": "timings"}  # wire names that differ from EpisodeStatus's
+MAX_TEXT = 800  # long thoughts are cut: the monitor shows a few lines
+_IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
+
+
+def ipc_endpoint(run_dir: str | Path) -> str:
+    """An ipc:// endpoint inside the run directory, or under the temp directory when that path is too long."""
+    path = Path(run_dir).resolve() / "telemetry.sock"
+    if len(str(path)) > _IPC_PATH_MAX:
+        digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"webgym-telemetry-{digest}.sock"
+    return f"ipc://{path}"
+
+
+def resolve_endpoint(spec: str, run_dir: str | Path) -> str:
+    """``ipc`` -> an ipc path for the run directory; ``tcp://host:port`` (port may be ``*``) as given."""
+    if spec == "ipc":
+        return ipc_endpoint(run_dir)
+    if spec.startswith(("tcp://", "ipc://")):
+        return spec
+    raise ValueError(f"telemetry endpoint must be 'ipc', tcp://HOST:PORT or ipc://PATH, not {spec!r}")
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT] + "…"
+    return value
+
+
+class TelemetryPublisher:
+    """Publishes the engine's live state; see the module docstring for the message format.
+
+    ``endpoint`` None builds messages without a socket (recording, tests). Attach the engine's counters with
+    :meth:`attach`, announce planned episodes with :meth:`add_episodes`, then :meth:`start` the ticking task.
+    """
+
+    def __init__(self, endpoint: str | None, run_dir: str | Path | None = None, *, hz: float = 10.0,
+                 agg_hz: float = 2.0, snapshot_s: float = 2.0, hwm: int = 100, pss_interval_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.run_name = self.run_dir.name if self.run_dir is not None else ""
+        self.hz, self.agg_hz, self.snapshot_s = min(hz, 10.0), min(agg_hz, hz), snapshot_s
+        self.pss_interval_s = pss_interval_s
+        self.clock, self.wall = clock, wall
+        self.stats: RunStats | None = None
+        self.pool: BrowserPool | None = None
+        self.policy_slots: asyncio.Semaphore | None = None
+        self.policy_cap = 0
+        self.judge_pending: Callable[[], int] | None = None
+        self.statuses: dict[str, EpisodeStatus] = {}
+        self.tasks: dict[str, str] = {}
+        self.worker_pss: dict[str, int] = {}
+        self._dirty: dict[str, None] = {}  # an ordered set: messages come out the same every run
+        self._unannounced: dict[str, None] = {}
+        self._sent_details: dict[str, tuple[Any, ...]] = {}
+        self._seq = 0
+        self._last_snapshot = -1e18
+        self._last_agg = -1e18
+        self._rates: deque[tuple[float, int, int]] = deque(maxlen=64)  # (clock, steps, episodes done)
+        self._spark: deque[float] = deque(maxlen=60)
+        self._last_rate = -1e18
+        self._phases_at = -1e18
+        self._phases_cache: dict[str, list[float]] = {}
+        self._steps_per_s = self._eps_per_s = 0.0
+        self.subscribed = endpoint is None  # without a socket every tick builds its message (recording)
+        self._want_full = True
+        self.sent = 0
+        self.dropped = 0
+        self.tick_cpu_s = 0.0
+        self.endpoint: str | None = None
+        self._ctx: zmq.Context[Any] | None = None
+        self._sock: zmq.Socket[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pss_task: asyncio.Task[None] | None = None
+        if endpoint is not None:
+            self._bind(endpoint, hwm)
+
+    # --- wiring -------------------------------------------------------------------------------------
+    def _bind(self, endpoint: str, hwm: int) -> None:
+        self._ctx = zmq.Context(io_threads=1)
+        sock = self._ctx.socket(zmq.XPUB)
+        sock.setsockopt(zmq.SNDHWM, hwm)
+        sock.setsockopt(zmq.LINGER, 500)  # the final snapshot still reaches an attached monitor at close
+        sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # every new subscriber is heard: it gets a full snapshot
+        if endpoint.startswith("ipc://"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(endpoint[len("ipc://"):])  # a stale socket file of a killed run
+        sock.bind(endpoint)
+        self._sock = sock
+        self.endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.started_at = self.wall()
+        if self.run_dir is not None:
+            self._write_endpoint_file()
+
+    def _write_endpoint_file(self, **extra: Any) -> None:
+        assert self.run_dir is not None
+        info = {"endpoint": self.endpoint, "pid": os.getpid(), "started_at": self.started_at, **extra}
+        tmp = self.run_dir / f".{ENDPOINT_FILE}.tmp"
+        tmp.write_text(json.dumps(info))
+        tmp.replace(self.run_dir / ENDPOINT_FILE)  # atomic: a monitor never reads half a file
+
+    def attach(self, engine: Engine) -> None:
+        """Read the counters, pool, policy queue and judge queue of an engine."""
+        self.stats = engine.stats
+        self.pool = engine.ctx.pool
+        self.policy_slots = engine.ctx.policy_slots
+        self.policy_cap = engine.cfg.policy_concurrency
+        if engine.judge_queue is not None:
+            jq = engine.judge_queue
+            self.judge_pending = lambda: jq.pending
+
+    def add_episodes(self, episodes: Iterable[tuple[str, str]]) -> None:
+        """Announce planned episodes ``(episode_id, task_id)``: they show as not started until they move."""
+        for eid, task_id in episodes:
+            if eid not in self.statuses:
+                self.statuses[eid] = EpisodeStatus(eid, task_id)
+                self.tasks[eid] = task_id
+                self._unannounced[eid] = None
+                self._dirty[eid] = None
+
+    def on_status(self, status: EpisodeStatus) -> None:
+        """The engine's status callback: remember the status object and mark it dirty (O(1))."""
+        eid = status.episode_id
+        if self.statuses.get(eid) is not status:
+            self.statuses[eid] = status
+            if eid not in self.tasks:
+                self.tasks[eid] = status.task_id
+                self._unannounced[eid] = None
+        self._dirty[eid] = None
+
+    # --- messages -----------------------------------------------------------------------------------
+    def _cell(self, st: EpisodeStatus) -> list[Any]:
+        return [st.state.value, st.op.value, st.step, st.reward]
+
+    def _details(self, eid: str, st: EpisodeStatus, force: bool) -> dict[str, Any] | None:
+        values = tuple(getattr(st, f) for f in DETAIL_FIELDS)
+        last = self._sent_details.get(eid)
+        if last is not None and not force and last == values:
+            return None
+        self._sent_details[eid] = values
+        out = {}
+        for f, v, old in zip(DETAIL_FIELDS, values, last or (None,) * len(values), strict=True):
+            if (force or v != old) and (v or last is not None):  # a fresh cell's empty fields go unsaid
+                out[DETAIL_NAMES.get(f, f)] = _short(v)
+        return out
+
+    def message(self, kind: str | None = None, full_details: bool = False) -> dict[str, Any] | None:
+        """Build the next message; None when there is nothing to say. Resets the dirty set.
+
+        ``kind`` None picks: a snapshot every ``snapshot_s``, else a delta (with aggregates when due).
+        """
+        now = self.clock()
+        if kind is None:
+            kind = "snapshot" if now - self._last_snapshot >= self.snapshot_s else "delta"
+        msg: dict[str, Any] = {"v": FORMAT_VERSION, "kind": kind, "seq": self._seq, "t": round(self.wall(), 3),
+                               "run": self.run_name}
+        statuses = self.statuses
+        if kind == "delta":
+            eids = self._dirty
+            if self._unannounced:
+                msg["tasks"] = {e: self.tasks[e] for e in self._unannounced}
+        else:
+            self._last_snapshot = now
+            self._phases_at = -1e18  # snapshots carry fresh percentiles (deltas reuse them)
+            eids = statuses.keys()
+            msg["tasks"] = dict(self.tasks)
+        cells: dict[str, list[Any]] = {}
+        details: dict[str, dict[str, Any]] = {}
+        for eid in eids:
+            st = statuses[eid]
+            cells[eid] = self._cell(st)
+            d = self._details(eid, st, full_details)
+            if d:
+                details[eid] = d
+        self._dirty = {}
+        self._unannounced.clear()
+        agg_due = kind != "delta" or now - self._last_agg >= 1.0 / self.agg_hz - 1e-6  # float ticks: 0.7 - 0.2 < 0.5
+        if not cells and not agg_due:
+            return None
+        msg["cells"] = cells
+        if details:
+            msg["details"] = details
+        if agg_due:
+            self._last_agg = now
+            msg["agg"] = self.aggregate(now)
+        self._seq += 1
+        return msg
+
+    def aggregate(self, now: float | None = None) -> dict[str, Any]:
+        """The statistics pane's figures.
+
+        Keys: states {letter: n}; ops {letter: n in flight}; total, done, steps, outcomes; success_rate;
+        steps_per_s and episodes_per_min (over the last ~10 s); spark (steps/s history); phases
+        {name: [p50, p95, n]}; queues {policy_in_use, policy_cap, policy_waiting, browser_in_flight,
+        browser_waiting, lease_waiting, judge_pending}; workers [{id, alive, episodes, ops, waiting, opens,
+        pss}]; pss_total, peak_pss, restarts; elapsed_s; eta_s (None when unknown).
+        """
+        now = self.clock() if now is None else now
+        stats = self.stats or RunStats(started_at=now)
+        ops: Counter[str] = Counter()
+        states: Counter[str] = Counter()
+        for st in self.statuses.values():
+            states[st.state.value] += 1
+            if st.op.value and st.state.value == "R":
+                ops[st.op.value] += 1
+        done = stats.done
+        self._sample_rates(now)
+        steps_per_s, eps_per_s = self._steps_per_s, self._eps_per_s
+        total = max(stats.total, len(self.statuses))
+        remaining = total - done
+        eta = remaining / eps_per_s if eps_per_s > 0 else (0.0 if remaining == 0 and total else None)
+        workers: list[dict[str, Any]] = []
+        in_flight = waiting = 0
+        if self.pool is not None:
+            cap_ops, cap_opens = self.pool.cfg.ops_per_worker, self.pool.cfg.opens_per_worker
+            for h in list(self.pool.workers.values()):
+                # Semaphore internals: in flight = capacity - value; waiters = the worker's FIFO queue.
+                n_ops = cap_ops - h.ops._value
+                n_wait = len(h.ops._waiters or ())
+                in_flight += n_ops
+                waiting += n_wait
+                workers.append({"id": h.worker_id, "alive": h.alive, "episodes": len(h.episodes), "ops": n_ops,
+                                "waiting": n_wait, "opens": cap_opens - h.opens._value,
+                                "pss": self.worker_pss.get(h.worker_id)})
+        elif self.worker_pss:
+            workers = [{"id": w, "alive": True, "episodes": 0, "ops": 0, "waiting": 0, "opens": 0, "pss": p}
+                       for w, p in self.worker_pss.items()]
+        slots = self.policy_slots
+        queues = {
+            "policy_in_use": (self.policy_cap - slots._value) if slots is not None else ops["a"],
+            "policy_cap": self.policy_cap,
+            "policy_waiting": len(slots._waiters or ()) if slots is not None else 0,
+            "browser_in_flight": in_flight, "browser_waiting": waiting,
+            "lease_waiting": states["W"],
+            "judge_pending": self.judge_pending() if self.judge_pending else 0,
+        }
+        pss_total = sum(p for p in self.worker_pss.values() if p)
+        return {
+            "states": dict(states), "ops": dict(ops), "total": total, "done": done, "steps": stats.steps,
+            "outcomes": dict(stats.outcomes), "success_rate": round(stats.success_rate, 4),
+            "steps_per_s": round(steps_per_s, 2), "episodes_per_min": round(eps_per_s * 60, 2),
+            "spark": list(self._spark),
+            "phases": self._phases(now, stats),
+            "queues": queues, "workers": workers, "pss_total": pss_total,
+            "peak_pss": max(stats.peak_browser_pss, pss_total), "restarts": self.pool.restarts if self.pool else 0,
+            "elapsed_s": round(now - stats.started_at, 2), "eta_s": None if eta is None else round(eta, 1),
+        }
+
+    def _phases(self, now: float, stats: RunStats) -> dict[str, list[float]]:
+        # Percentiles over windows of 2,000 samples cost ~0.1 ms per phase and move slowly: once per snapshot.
+        if now - self._phases_at >= self.snapshot_s - 1e-6:
+            self._phases_at = now
+            self._phases_cache = {k: list(v) for k, v in stats.phase_percentiles().items()}
+        return self._phases_cache
+
+    def _sample_rates(self, now: float) -> None:
+        """Recent rates, sampled ``agg_hz`` times a second also with no monitor, so a late one gets a sparkline."""
+        if now - self._last_rate < 1.0 / self.agg_hz - 1e-6 or self.stats is None:
+            return
+        self._last_rate = now
+        steps, done = self.stats.steps, self.stats.done
+        self._rates.append((now, steps, done))
+        # Over the last ~10 s of samples: recent throughput, not the whole run's average.
+        t0, s0, d0 = next(((t, s, d) for t, s, d in self._rates if now - t <= 10.0), self._rates[-1])
+        dt = now - t0
+        self._steps_per_s = (steps - s0) / dt if dt > 0 else 0.0
+        self._eps_per_s = (done - d0) / dt if dt > 0 else 0.0
+        self._spark.append(round(self._steps_per_s, 2))
+
+    @staticmethod
+    def encode(msg: dict[str, Any]) -> bytes:
+        """msgpack bytes of a message."""
+        return msgpack.packb(msg, use_bin_type=True)
+
+    # --- the ticking task ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start ticking (call inside the running loop)."""
+        if self._sock is not None and self._task is None:
+            self._task = asyncio.ensure_future(self._tick_loop())
+
+    def _poll_subscriptions(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                event = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            # XPUB_VERBOSE: b"\x01" for every subscriber that joins; b"\x00" only once the last one left.
+            if event[:1] == b"\x01":
+                self.subscribed = True
+                self._want_full = True
+            elif event[:1] == b"\x00":
+                self.subscribed = False
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.send(self.encode(msg), zmq.NOBLOCK)
+            self.sent += 1
+        except zmq.Again:
+            self.dropped += 1  # a slow monitor: drop, never wait
+
+    def tick(self) -> None:
+        """One tick: hear subscriptions, then send what changed (nothing while no monitor is attached)."""
+        self._poll_subscriptions()
+        self._sample_rates(self.clock())
+        if not self.subscribed:
+            return
+        if self._want_full:
+            self._want_full = False
+            msg = self.message("snapshot", full_details=True)
+        else:
+            msg = self.message()
+        if msg is not None:
+            self._send(msg)
+        if self._pss_task is None and self.pool is not None and self.pss_interval_s > 0:
+            self._pss_task = asyncio.ensure_future(self._sample_pss())
+
+    async def _tick_loop(self) -> None:
+        period = 1.0 / self.hz
+        while True:
+            t0, c0 = time.monotonic(), time.thread_time()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - a telemetry bug must never stop the run
+                log.exception("telemetry tick failed")
+            self.tick_cpu_s += time.thread_time() - c0  # what telemetry costs the engine's loop (bench/monitor.py)
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - t0)))
+
+    async def _sample_pss(self) -> None:
+        # Per-worker PSS only while a monitor watches; the interval stretches to keep the reads (~2 ms of kernel
+        # time per Chromium process) under ~1% of one core.
+        from browserpool.memory import tree_pss_bytes
+
+        def sample() -> dict[str, int]:
+            assert self.pool is not None
+            return {h.worker_id: tree_pss_bytes(h.browser_pid) for h in self.pool.alive_workers()}
+
+        while self.subscribed:
+            t0 = time.monotonic()
+            self.worker_pss = await asyncio.to_thread(sample)
+            await asyncio.sleep(max(self.pss_interval_s, 100 * (time.monotonic() - t0)))
+        self._pss_task = None
+
+    async def close(self) -> None:
+        """Send the final state and an end marker, stop ticking, close the socket."""
+        for t in (self._task, self._pss_task):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):  # telemetry never fails a run
+                    await t
+        self._task = self._pss_task = None
+        if self._sock is None:
+            return
+        self._poll_subscriptions()
+        if self.subscribed:
+            msg = self.message("snapshot", full_details=self._want_full)
+            if msg is not None:
+                self._send(msg)
+            self._send({"v": FORMAT_VERSION, "kind": "end", "seq": self._seq, "t": round(self.wall(), 3),
+                        "run": self.run_name})
+        if self.run_dir is not None:
+            with contextlib.suppress(OSError):
+                self._write_endpoint_file(ended_at=self.wall())
+        sock, ctx = self._sock, self._ctx
+        self._sock = self._ctx = None
+        sock.close()
+        assert ctx is not None
+        await asyncio.to_thread(ctx.term)  # waits up to LINGER for the last messages, off the loop
+        if self.endpoint and self.endpoint.startswith("ipc://"):
+            with contextlib.suppress(OSError):
+                os.unlink(self.endpoint[len("ipc://"):])  # the run directory keeps only what it records

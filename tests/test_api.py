@@ -1,0 +1,40 @@
+"""The library API: a long-lived engine that takes submissions and hands back trajectories as they finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.api import RolloutService
+from engine.runner import RunConfig
+from engine.store import read_records
+from engine.tasks import load_tasks
+from policy.registry import make_policy
+from tests.conftest import subset
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def test_submissions_stream_back_as_they_finish(tmp_path: Path) -> None:
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, telemetry=None)
+    async with RolloutService(cfg, serve_sites=True) as service:
+        assert service.base_url is not None
+        tasks = load_tasks(subset(tmp_path, per_site=1), service.base_url)
+        first = service.submit(tasks[:2], make_policy("scripted"), samples=2, policy_version=1)
+        seen: list[dict] = []
+        async for record in service.results():
+            seen.append(record)
+            if len(seen) == 1:  # a trainer submits its next batch while the first is still running
+                second = service.submit(tasks[2:], make_policy("scripted"), policy_version=2)
+        ids = [r["episode_id"] for r in seen]
+        assert sorted(ids) == sorted(first + second) and len(set(ids)) == len(ids) == 6
+        versions = {r["episode_id"]: {s["policy_version"] for s in r["steps"]} for r in seen}
+        assert all(versions[e] == {1} for e in first) and all(versions[e] == {2} for e in second)
+        assert {r["status"] for r in seen} == {"success"}
+        # The same task twice in one run: distinct samples, distinct episode ids.
+        again = service.submit(tasks[:1], make_policy("scripted"), policy_version=3)
+        [record] = await service.collect()
+        assert record["episode_id"] == again[0] and record["sample"] == 2
+        run_dir = service.run_dir
+    assert run_dir is not None and len(read_records(run_dir)) == 7

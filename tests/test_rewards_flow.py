@@ -1,0 +1,156 @@
+"""Where rewards come from inside a run: the judge off the rollout path, re-judging, and straggler cuts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from engine.judge import JudgeConfig
+from engine.runner import RunConfig, run
+from engine.sites.server import SiteServer
+from engine.store import read_records
+from policy.model import ChatRequest, Generation, LanguageModel
+from policy.registry import make_policy
+from tests.chat_test_server import ChatTestServer
+from tests.conftest import subset
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[str]:
+    with SiteServer() as server:
+        yield server.base_url
+
+
+def slow_task(task_id: str, waits: int, seconds: float) -> dict:
+    """A bundled-site task whose scripted solution waits on a quiet page ``waits`` times."""
+    return {"task_id": task_id, "task_name": "wait a while", "website": "{SITES}/wiki/", "difficulty": 1,
+            "max_steps": waits + 2,
+            "evaluator_reference": [{"id": 1, "description": "d", "facts": ["f"],
+                                     "checks": [{"kind": "answer", "contains": "done"}]}],
+            "reference_solution": [*({"action": "wait", "seconds": seconds} for _ in range(waits)),
+                                   {"action": "answer", "text": "done"}]}
+
+
+async def test_stragglers_are_cut_with_a_record_that_says_why(tmp_path: Path, sites: str) -> None:
+    fast = [json.loads(line) for line in subset(tmp_path, per_site=1).read_text().splitlines()]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps(r) for r in [*fast, slow_task("slow", waits=8, seconds=3.0)]) + "\n")
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=5, workers=1,
+                    straggler_fraction=0.8, straggler_grace_s=1.0)
+    stats, run_dir = await run(cfg, make_policy("scripted"), sites)
+    records = {r["task"]["task_id"]: r for r in read_records(run_dir)}
+    assert len(records) == len(fast) + 1 and stats.summary()["lost"] == 0
+    slow = records.pop("slow")
+    assert slow["status"] == "error" and slow["error"]["kind"] == "straggler"
+    assert "80%" in slow["error"]["message"] and len(slow["steps"]) < 8
+    assert {r["status"] for r in records.values()} == {"success"}
+    assert stats.elapsed_s < 20  # the slow episode alone needs over 24 s
+
+
+async def test_no_straggler_cut_by_default(tmp_path: Path, sites: str) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(slow_task("slow", waits=2, seconds=1.0)) + "\n")
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=1, workers=1)
+    _, run_dir = await run(cfg, make_policy("scripted"), sites)
+    [record] = read_records(run_dir)
+    assert record["status"] == "success"
+
+
+class PassingJudgeTestModel(LanguageModel):
+    """A test stand-in for a judge model: every check passes (the site did not block the agent)."""
+
+    name = "passing-judge-test"
+
+    async def generate(self, request: ChatRequest) -> Generation:
+        blocking = request.messages[0]["content"][0]["text"].startswith("## Blocking check")
+        return Generation(f"Looked at it.\nVERDICT: {'NO' if blocking else 'YES'}", finish_reason="stop")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def judge_server() -> AsyncIterator[ChatTestServer]:
+    async with ChatTestServer(PassingJudgeTestModel(), served_model_name="judge") as server:
+        yield server
+
+
+def judged_config(tmp_path: Path, server: ChatTestServer, tasks: Path, **judge: object) -> RunConfig:
+    return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, reward="judge",
+                     judge=JudgeConfig(base_url=server.base_url, model="judge", backoff_s=0.01, **judge))
+
+
+def raw_records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+
+
+async def test_the_judge_never_holds_up_the_rollouts(tmp_path: Path, sites: str, judge_server: ChatTestServer) -> None:
+    tasks = subset(tmp_path, per_site=1)
+    n = len(tasks.read_text().splitlines())
+    judge_server.latency_s = 0.4  # a slow judge: each episode needs several calls, two at a time
+    try:
+        stats, run_dir = await run(judged_config(tmp_path, judge_server, tasks, concurrency=2),
+                                   make_policy("scripted"), sites)
+    finally:
+        judge_server.latency_s = 0.0
+    raw = raw_records(run_dir)
+    assert len(raw) == n and {r["status"] for r in raw} == {"judge_pending"} and stats.summary()["lost"] == 0
+    judgements = [json.loads(line) for line in (run_dir / "judgements.jsonl").read_text().splitlines()]
+    assert len(judgements) == n
+    rollouts_done = max(r["started_at"] + r["duration_s"] for r in raw)
+    # Verdicts kept arriving after the last rollout had ended: the rollouts did not wait for them.
+    assert max(j["judged_at"] for j in judgements) > rollouts_done + 0.5
+    assert all(r["duration_s"] < 15 for r in raw)
+    for r in read_records(run_dir):
+        assert r["status"] == "success" and r["reward"]["source"] == "judge"
+        evidence = r["reward"]["evidence"]
+        assert evidence["keypoint"]["kept"][-1] == r["final"]["screenshot"] and evidence["counts"]["calls"] >= 3
+    assert stats.summary()["succeeded"] == n and stats.summary()["judge_pending"] == 0
+
+
+async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Path, sites: str,
+                                                                   judge_server: ChatTestServer) -> None:
+    tasks = subset(tmp_path, per_site=1)
+    n = len(tasks.read_text().splitlines())
+    judge_server.fail_next(10_000, 500, message="judge down")
+    try:
+        stats, run_dir = await run(judged_config(tmp_path, judge_server, tasks, retries=1), make_policy("scripted"),
+                                   sites)
+    finally:
+        judge_server.clear_faults()
+    records = read_records(run_dir)
+    assert len(records) == n and stats.summary()["judge_pending"] == n and stats.summary()["lost"] == 0
+    assert all(r["status"] == "judge_pending" and "judge down" in r["judge_error"] for r in records)
+
+    async def judge_cli(*extra: str) -> int:
+        # A real subprocess, awaited without blocking this loop, which serves the test server.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "engine.cli", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
+            "--judge-model", "judge", *extra, stderr=asyncio.subprocess.PIPE)
+        _, err = await proc.communicate()
+        assert b"judged" in err, err.decode()
+        return proc.returncode or 0
+
+    assert await judge_cli() == 0
+    assert {r["status"] for r in read_records(run_dir)} == {"success"}
+    calls = len(judge_server.received)
+    assert await judge_cli("--all") == 0  # every verdict is cached: no new calls
+    assert len(judge_server.received) == calls
+
+
+async def test_auto_reward_prefers_the_task_checks(tmp_path: Path, sites: str, judge_server: ChatTestServer) -> None:
+    checked = json.loads(subset(tmp_path, per_site=1).read_text().splitlines()[0])
+    unchecked = {**checked, "task_id": "no-checks",
+                 "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names a product"]}]}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(checked) + "\n" + json.dumps(unchecked) + "\n")
+    cfg = judged_config(tmp_path, judge_server, tasks)
+    cfg.reward = "auto"
+    _, run_dir = await run(cfg, make_policy("scripted"), sites)
+    sources = {r["task"]["task_id"]: r["reward"]["source"] for r in read_records(run_dir)}
+    assert sources == {checked["task_id"]: "program", "no-checks": "judge"}

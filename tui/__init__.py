@@ -1,0 +1,1 @@
+"""The live monitor (``webgym-engine monitor``): a Textual app fed by the engine's telemetry socket."""
