@@ -33,9 +33,10 @@ $(STAMP): $(SOURCES)
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Every benchmark suite; results under bench-results/. `make bench ARGS=--quick` for the 10-minute version,
+# `make bench ARGS="--publish docs"` to refresh docs/benchmarks.md.
 bench: setup
-	$(PY) -m bench.ceiling
-	$(PY) -m bench.codec
+	$(PY) -m bench.cli all $(ARGS)
 
 clean:
 	rm -rf build $(VENV)

@@ -43,7 +43,7 @@ QUALITY = 80
 WIDTH, HEIGHT = 1280, 768
 
 
-async def _capture(base: str, quality: int) -> list[bytes]:
+async def _capture(base: str, quality: int, pages: list[str]) -> list[bytes]:
     from playwright.async_api import async_playwright
 
     from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
@@ -53,19 +53,20 @@ async def _capture(base: str, quality: int) -> list[bytes]:
         browser = await pw.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=CHROMIUM_FLAGS)
         ctx = await browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
         page = await ctx.new_page()
-        for path in PAGES:
+        for path in pages:
             await page.goto(base + path)
+            await page.wait_for_timeout(300)  # script-rendered pages (the heavy profile) draw after load
             shots.append(await page.screenshot(type="jpeg", quality=quality))
         await browser.close()
     return shots
 
 
-def capture_screenshots(quality: int = QUALITY) -> list[bytes]:
-    """Take one 1280x768 JPEG screenshot of each page in :data:`PAGES` from the bundled sites."""
+def capture_screenshots(quality: int = QUALITY, pages: list[str] | None = None) -> list[bytes]:
+    """Take one 1280x768 JPEG screenshot of each page (default :data:`PAGES`) from the bundled sites."""
     from engine.sites.server import SiteServer
 
     with SiteServer() as server:
-        return asyncio.run(_capture(server.base_url, quality))
+        return asyncio.run(_capture(server.base_url, quality, pages or PAGES))
 
 
 def make_boxes(n: int = 40, seed: int = 0) -> list[tuple[int, int, int, int, int]]:
@@ -194,9 +195,9 @@ def build_cases(shots: list[bytes]) -> dict[str, dict[str, Callable[[int], objec
 LIBS = ("imgcodec", "pyturbojpeg", "pillow")
 
 
-def run(reps: int) -> dict[str, Any]:
-    """Capture screenshots and time every case; returns the results as a JSON-able dict."""
-    shots = capture_screenshots()
+def run(reps: int, pages: list[str] | None = None, shots: list[bytes] | None = None) -> dict[str, Any]:
+    """Capture screenshots (or use ``shots``) and time every case; returns the results as a JSON-able dict."""
+    shots = shots if shots is not None else capture_screenshots(pages=pages)
     sizes = [ic.jpeg_size(s) for s in shots]
     assert all(sz == (WIDTH, HEIGHT) for sz in sizes), sizes
     results: dict[str, dict[str, float]] = {}
