@@ -83,21 +83,25 @@ class Observation:
     # settle of every observation: a page's own view of its state (e.g. MiniWoB's reward and done flag).
     # None when the episode has no probe; ``{"error": message}`` when the expression threw.
     probe: Any = None
+    # Fraction of (1/4-scale) pixels that differ from this episode's previous screenshot (the raw captures,
+    # before any marks are drawn), computed by the worker so the engine's single thread need not decode
+    # frames. None for an episode's first screenshot, or when the comparison failed.
+    change: float | None = None
 
     def to_wire(self) -> list[Any]:
         frame = [self.frame.slot, self.frame.generation, self.frame.nbytes] if self.frame else None
         return [self.url, self.title, self.settled, self.settle, self.width, self.height, frame,
-                self.frame_bytes, self.timings_ms, self.point, self.note, self.elements, self.probe]
+                self.frame_bytes, self.timings_ms, self.point, self.note, self.elements, self.probe, self.change]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> Observation:
-        # Older, shorter observations (11 fields: before ``elements``; 12: before ``probe``) read as ones
-        # without those fields.
+        # Older, shorter observations (11 fields: before ``elements``; 12: before ``probe``; 13: before
+        # ``change``) read as ones without those fields.
         url, title, settled, settle, width, height, frame, frame_bytes, timings, point, note, *rest = w
+        rest += [None] * (3 - len(rest))
         return cls(url, title, settled, settle, width, height,
                    FrameRef(*frame) if frame else None, frame_bytes, timings,
-                   tuple(point) if point else None, note, rest[0] if rest else None,
-                   rest[1] if len(rest) > 1 else None)
+                   tuple(point) if point else None, note, rest[0], rest[1], rest[2])
 
 
 # --- messages -----------------------------------------------------------------------------------

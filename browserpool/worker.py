@@ -53,6 +53,7 @@ class Episode:
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
     probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
+    last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
 
     @property
     def page(self) -> EpisodePage:
@@ -245,6 +246,7 @@ class BrowserWorker:
             if isinstance(shot, BaseException):
                 raise shot
             jpeg, shot_ms = shot
+            raw = jpeg
             css_width = float(self.cfg.viewport_width)
             if isinstance(som, PlaywrightError):
                 # The document went away during the pass (a late navigation): a plain frame this time.
@@ -263,10 +265,17 @@ class BrowserWorker:
             t0 = time.perf_counter()
             jpeg = await page.screenshot()
             timings["screenshot_ms"] = _ms(t0)
+            raw = jpeg
+        change = None
+        if ep.last_shot is not None:
+            t0 = time.perf_counter()
+            change = await asyncio.get_running_loop().run_in_executor(None, _changed_fraction, ep.last_shot, raw)
+            timings["diff_ms"] = _ms(t0)
+        ep.last_shot = raw
         ref = self.ring.write(jpeg) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements,
-                            probe)
+                            probe, change)
         return obs.to_wire()
 
     async def _new_context(self) -> ContextSlot:
@@ -312,6 +321,16 @@ async def _timed(coro: Awaitable[T]) -> tuple[T, float]:
     """The coroutine's result and how long it took (ms), for operations that run side by side."""
     t0 = time.perf_counter()
     return await coro, _ms(t0)
+
+
+def _changed_fraction(before: bytes, after: bytes) -> float | None:
+    """How much of the page changed between two screenshots (in a thread: the codec releases the GIL)."""
+    from engine import _imgcodec as imgcodec
+
+    try:
+        return imgcodec.frame_diff(before, after)[0]
+    except imgcodec.ImgCodecError:
+        return None
 
 
 def _draw_marks(jpeg: bytes, elements: list[list[Any]], css_width: float, quality: int) -> bytes:

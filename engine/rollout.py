@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
-from engine._imgcodec import ImgCodecError, frame_diff
 from engine.rewards import FactVerdict, Reward, program_reward
 from engine.stats import RunStats
 from engine.store import FORMAT_VERSION, RunStore, episode_key
@@ -340,7 +339,7 @@ class Rollout:
             return await self.ctx.policy.act(request)
 
     def _take_observation(self, obs: Observation, frame: Frame) -> bool | None:
-        """Store the screenshot as received, compare it with the previous one, free the slot."""
+        """Store the screenshot as received, note whether the page changed (the worker compared), free the slot."""
         with frame:
             if not frame.view:
                 raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
@@ -348,12 +347,9 @@ class Rollout:
             self.frames_taken += 1
             jpeg = bytes(frame.view)
         changed = None
-        if self.current is not None and isinstance(self.current.jpeg, bytes):
-            try:
-                fraction, _ = frame_diff(self.current.jpeg, jpeg)
-                changed = fraction >= CHANGED_FRACTION
-            except ImgCodecError:
-                changed = None
+        if self.current is not None:
+            # The worker compares consecutive screenshots; its first one of an episode has nothing to compare.
+            changed = obs.change >= CHANGED_FRACTION if obs.change is not None else None
             self.current.page_changed = changed
             self._push_history(self.current)
         self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements)

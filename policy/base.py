@@ -32,6 +32,7 @@ class StepView:
     settled: bool
     frame: str | None = None  # the stored screenshot (its path in the run directory): the image REF
     elements: list[list[Any]] | None = None  # Set-of-Marks: [id, tag, text, x, y, w, h] in CSS px
+    elements_text: str | None = None  # the element list as the prompt shows it (built once, on first use)
     # Filled in once the step's decision is made (history only):
     action: AgentAction | None = None
     action_text: str | None = None  # the model's own one-line description of the action, if any

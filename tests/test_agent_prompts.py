@@ -5,13 +5,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import string
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.actions import AgentAction
 from engine.agent.context import build_messages
-from engine.agent.prompts import AgentConfig, PromptTemplates, system_prompt
+from engine.agent.prompts import AgentConfig, PromptTemplates, fill, system_prompt
 from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
 from policy.base import PolicyRequest, StepView
@@ -192,3 +195,10 @@ def test_vllm_backend_is_import_guarded() -> None:
         pytest.skip("vLLM is installed here")
     with pytest.raises(ImportError, match=r"pip install 'webgym-engine\[vllm\]'"):
         make_policy("vllm", backend=BackendConfig(model="/models/qwen"))
+
+
+@given(st.lists(st.sampled_from(["$task", "${task}", "$$", "$", "{", "}", "{x}", "$missing", "${missing}", "text ",
+                                 "$task2", "\n", "é"]), max_size=12).map("".join))
+def test_fill_follows_string_template(template: str) -> None:
+    values = {"task": "find {it}", "task2": "$x"}
+    assert fill(template, **values) == string.Template(template).safe_substitute(values)

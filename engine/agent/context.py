@@ -63,7 +63,9 @@ def build_messages(cfg: AgentConfig, templates: PromptTemplates, system: str, ta
             parts.append({"type": "image", "image": view.frame})
             images[view.frame] = bytes(view.jpeg)
         if cfg.som and view.elements is not None:
-            parts.append(_text(element_list(view.elements, templates)))
+            if view.elements_text is None:  # a view stays in the window for several steps: format it once
+                view.elements_text = element_list(view.elements, templates)
+            parts.append(_text(view.elements_text))
         messages.append({"role": "user", "content": parts})
         if view is not current:
             messages.append({"role": "assistant", "content": strip_think(view.reply or "")})

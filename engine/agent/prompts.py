@@ -8,7 +8,9 @@ file (see :meth:`PromptTemplates.from_file`); templates use ``string.Template`` 
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import string
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -156,9 +158,43 @@ def _placeholders(template: str) -> set[str]:
     return names
 
 
+class _KeepMissing(dict[str, Any]):
+    """Values for ``str.format_map``; a name without a value comes back as it was written."""
+
+    def __missing__(self, key: str) -> str:
+        if key.startswith(_BRACED):
+            name = key[len(_BRACED):]
+            return self[name] if name in self else "${" + name + "}"
+        return "$" + key
+
+
+_BRACED = "\x00"  # marks a ${name} placeholder in the compiled string, so that it is kept as written
+
+
+@functools.lru_cache(maxsize=128)
+def _format_string(template: str) -> str:
+    """``template`` as a ``str.format`` string: filled once per element and step, so it is compiled once."""
+    def convert(m: re.Match[str]) -> str:
+        if m.group("escaped") is not None:
+            return "$"
+        if m.group("named") is not None:
+            return "{" + m.group("named") + "}"
+        if m.group("braced") is not None:
+            return "{" + _BRACED + m.group("braced") + "}"
+        return m.group(0)  # a lone "$" stays as written, like safe_substitute
+    out, last = [], 0
+    for m in string.Template.pattern.finditer(template):
+        out.append(template[last:m.start()].replace("{", "{{").replace("}", "}}"))
+        out.append(convert(m))
+        last = m.end()
+    out.append(template[last:].replace("{", "{{").replace("}", "}}"))
+    return "".join(out)
+
+
 def fill(template: str, **values: Any) -> str:
-    """Substitute ``values`` into ``template`` (``$$`` is a literal dollar; missing names stay as written)."""
-    return string.Template(template).safe_substitute({k: str(v) for k, v in values.items()})
+    """Substitute ``values`` into ``template`` with ``string.Template`` rules (``$$`` is a literal dollar;
+    missing names stay as written), through a cached ``str.format`` string (a prompt has hundreds)."""
+    return _format_string(template).format_map(_KeepMissing({k: str(v) for k, v in values.items()}))
 
 
 @dataclass(frozen=True)
