@@ -1,7 +1,9 @@
 """Training commands for the ``webgym-engine`` command line (registered by ``engine/cli.py``).
 
 ``export RUN_DIR --format sharegpt [-o OUT] [--all]``: the run's steps as a LLaMA-Factory data set.
-Also runnable alone: ``python -m train.cli RUN_DIR ...``.
+``train-model CONFIG --runs RUN_DIR...``: one training iteration (FBC or GRPO) of the model in CONFIG on the runs;
+several GPUs with ``torchrun --nproc-per-node N -m train.cli train-model CONFIG --runs ...`` (FSDP2).
+Also runnable alone: ``python -m train.cli export RUN_DIR ...``, ``python -m train.cli train-model ...``.
 """
 
 from __future__ import annotations
@@ -38,5 +40,58 @@ def export(run_dir: str, fmt: str, out_path: str | None, all_episodes: bool, rel
     click.echo("dataset_info.json entry: " + json.dumps(dataset_info(out.stem, out.name)))
 
 
+@click.command("train-model")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("run_dirs", nargs=-1, type=click.Path(exists=True, file_okay=False))
+@click.option("--runs", "runs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A run directory to train on (repeatable; oldest first). Positional RUN_DIRS are added after.")
+@click.option("--output-dir", default=None, help="Override the config's output_dir.")
+@click.option("--max-steps", type=int, default=None, help="Override the config's max_steps.")
+@click.option("--lr", type=float, default=None, help="Override the config's lr.")
+def train_model(config: str, run_dirs: tuple[str, ...], runs: tuple[str, ...], output_dir: str | None,
+                max_steps: int | None, lr: float | None) -> None:
+    """Train the model of CONFIG (a TOML, YAML or JSON file of train.config.TrainConfig) on the runs.
+
+    FBC picks the steps of successful episodes (scripted runs become demonstrations in the config's [agent]
+    protocol); GRPO takes the runs' group-normalised rewards. Writes checkpoints (Hugging Face format),
+    metrics.jsonl and the loss and reward curves to the output directory.
+    """
+    from train.config import ConfigError, TrainConfig
+
+    all_runs = [*runs, *run_dirs]
+    if not all_runs:
+        raise click.UsageError("give at least one run directory (--runs RUN_DIR)")
+    try:
+        cfg = TrainConfig.load(config, output_dir=output_dir, max_steps=max_steps, lr=lr)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    from train.trainer import Trainer, samples_from_runs
+
+    samples = samples_from_runs(cfg, all_runs)
+    skipped = ", ".join(f"{n} {why}" for why, n in sorted(samples.skipped.items())) or "none"
+    if not samples.samples:
+        raise click.ClickException(f"no training samples in {', '.join(all_runs)} (left out: {skipped})")
+    trainer = Trainer(cfg, samples)
+    try:
+        if trainer.dist.is_main:
+            click.echo(f"{cfg.algorithm}: {len(samples)} samples from {len(all_runs)} run(s) (left out: {skipped}); "
+                       f"{trainer.total_steps} steps on {trainer.dist.world} process(es), {trainer.device}")
+        result = trainer.run()
+    finally:
+        trainer.close()
+    if result.checkpoint is not None:
+        click.echo(f"{result.steps} steps, final loss {result.final_loss:.4f}, {result.tokens_per_s:.0f} tokens/s; "
+                   f"checkpoint {result.checkpoint}; metrics {result.metrics_path}")
+
+
+@click.group()
+def cli() -> None:
+    """Training commands."""
+
+
+cli.add_command(export)
+cli.add_command(train_model)
+
+
 if __name__ == "__main__":
-    export()
+    cli()
