@@ -158,8 +158,14 @@ def label_logprobs(model: Any, batch: dict[str, Any], device: Any) -> tuple[Any,
     keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX  # positions whose next token is a label
     targets = labels[:, 1:][keep[:, :-1]]
     rows = torch.arange(labels.shape[0], device=device).unsqueeze(1).expand_as(labels)[keep]
-    out = model(**model_inputs(batch, device), logits_to_keep=keep, use_cache=False)
-    logits = out.logits
+    inputs = model_inputs(batch, device)
+    try:
+        logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits
+    except (IndexError, TypeError):
+        # transformers before 5.2x takes only an int: project the kept positions' hidden states ourselves
+        # rather than materialising the logits of every position (batch x length x vocabulary).
+        hidden = model.model(**inputs, use_cache=False).last_hidden_state
+        logits = model.lm_head(hidden[keep])
     if logits.dim() == 3 and logits.shape[:2] == labels.shape:  # a transformers that ignored the mask
         logits = logits[keep]
     logits = logits.reshape(-1, logits.shape[-1]).float()
