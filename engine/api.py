@@ -57,6 +57,7 @@ class RolloutService:
         self._policies: dict[int, Policy] = {}  # started policies, closed with the service
         self._samples: dict[str, int] = {}  # next sample index per task: episode ids stay unique
         self._outstanding = 0  # submitted episodes whose final record has not been handed out yet
+        self._held: dict[str, dict[str, Any]] = {}  # finished, not handed out yet (gather() waits for others)
         self.run_dir: Path | None = None
 
     async def __aenter__(self) -> RolloutService:
@@ -113,9 +114,24 @@ class RolloutService:
 
         A judged episode comes out once its verdict is in (or with ``judge_error`` if the judge failed)."""
         while self._outstanding > 0:
-            record = await self._done.get()
+            if self._held:
+                record = self._held.pop(next(iter(self._held)))
+            else:
+                record = await self._done.get()
             self._outstanding -= 1
             yield record
+
+    async def gather(self, episode_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The records of these episodes (in this order), once all have finished; records of other episodes
+        that finish meanwhile are kept for :meth:`results` or a later ``gather``."""
+        wanted = list(episode_ids)
+        missing = set(wanted) - self._held.keys()
+        while missing:
+            record = await self._done.get()
+            self._held[record["episode_id"]] = record
+            missing.discard(record["episode_id"])
+        self._outstanding -= len(wanted)
+        return [self._held.pop(e) for e in wanted]
 
     async def collect(self) -> list[dict[str, Any]]:
         """Every record still to come (waits for all submitted episodes)."""

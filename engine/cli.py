@@ -29,6 +29,7 @@ from policy.base import Policy
 from policy.model import SamplingParams
 from policy.registry import POLICY_NAMES, BackendConfig, make_policy
 from train.cli import export as export_cmd
+from train.cli import train_loop as train_loop_cmd
 from train.cli import train_model as train_model_cmd
 from tui.cli import monitor, run_with_tui
 
@@ -221,6 +222,7 @@ main.add_command(bench_cmd)
 main.add_command(monitor)
 main.add_command(export_cmd)
 main.add_command(train_model_cmd)
+main.add_command(train_loop_cmd)
 
 
 @main.command("judge")

@@ -89,4 +89,5 @@ class AgentPolicy(Policy):
         }
         return PolicyReply(action, text=gen.text, thought=parsed.thought if parsed else None,
                            parse_error=info["error"], token_ids=gen.token_ids, logprobs=gen.logprobs,
-                           policy_version=request.policy_version, messages=messages, details=details)
+                           policy_version=gen.policy_version if gen.policy_version is not None
+                           else request.policy_version, messages=messages, details=details)

@@ -110,8 +110,10 @@ class HFModel(LanguageModel):
         self.image_token_id: int = -1
         self.pad_token_id: int = 0
         self.stop_token_ids: set[int] = set()
+        self.vision_token_ids: set[int] = set()
         self._wants_mm_token_types = False
         self._tokenizer_lock = threading.Lock()
+        self.version: int | None = None  # set by load_weights: the replies' policy version
 
         # One thread runs the model: generate calls never overlap (one model, one device).
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -183,9 +185,7 @@ class HFModel(LanguageModel):
         kwargs: dict[str, Any] = {}
         if self.attn_implementation:
             kwargs["attn_implementation"] = self.attn_implementation
-        # transformers renamed torch_dtype to dtype in 4.56.
-        major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
-        kwargs["dtype" if major_minor >= (4, 56) else "torch_dtype"] = dtype
+        kwargs.update(_dtype_kwarg(dtype))
         model_cls: Any = None
         with contextlib.suppress(Exception):
             from transformers import AutoModelForImageTextToText
@@ -226,11 +226,29 @@ class HFModel(LanguageModel):
         self.resize = {"factor": self.vision.factor, "min_pixels": self.vision.min_pixels,
                        "max_pixels": self.vision.max_pixels}
         self.image_token_id = int(image_token_id)
+        self.vision_token_ids = {int(t) for t in (getattr(config, k, None) for k in _VISION_TOKEN_KEYS)
+                                 if isinstance(t, int) and t >= 0} | {self.image_token_id}
         self.stop_token_ids = stop
         self.pad_token_id = int(pad)
         # transformers >= 5 computes M-RoPE positions from per-token modality types; older versions from ids.
         self._wants_mm_token_types = "mm_token_type_ids" in inspect.signature(model.forward).parameters
         log.info("hf: loaded %s (%s) on %s as %s", self.model_dir, type(model).__name__, device, dtype)
+
+    async def load_weights(self, checkpoint_dir: str | Path, version: int) -> None:
+        """Swap in trained weights (a checkpoint of the same model, e.g. from the trainer) in place.
+
+        The swap runs on the model's own thread, between two generate calls: a batch never mixes weights,
+        and every reply generated after it carries ``version``.
+        """
+        if self._executor is None:
+            raise PolicyError("hf: backend not started or closed")
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._load_weights, Path(checkpoint_dir))
+        self.version = version
+
+    def _load_weights(self, checkpoint_dir: Path) -> None:
+        fresh = type(self.model).from_pretrained(checkpoint_dir, **_dtype_kwarg(self.dtype))
+        self.model.load_state_dict(fresh.state_dict())
+        log.info("hf: loaded weights from %s", checkpoint_dir)
 
     async def close(self) -> None:
         """Stop the batcher, fail every pending and in-flight request with PolicyError, free the model."""
@@ -409,6 +427,12 @@ class HFModel(LanguageModel):
 
         recorder = _LogprobRecorder()
         processors = LogitsProcessorList()
+        if self.vision_token_ids:
+            from transformers import SuppressTokensLogitsProcessor
+
+            # A reply never contains vision placeholders (a random model would emit them); one in a reply would
+            # also be taken for an image when the step is trained on.
+            processors.append(SuppressTokensLogitsProcessor(sorted(self.vision_token_ids), device=self.device))
         greedy = sampling.temperature <= 0
         if not greedy:
             from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -458,12 +482,23 @@ class HFModel(LanguageModel):
             results.append(Generation(
                 text=text, token_ids=tokens, logprobs=lps if item.request.sampling.logprobs else None,
                 prompt_tokens=len(item.input_ids), finish_reason=finish,
-                prompt_sha256=prompt_sha256(item.input_ids),
+                prompt_sha256=prompt_sha256(item.input_ids), policy_version=self.version,
                 timings_ms={"queue_ms": (start - item.enqueued) * 1000, "prep_ms": item.prep_ms,
                             "batch_size": float(batch_size), "group_size": float(len(group)),
                             "generate_ms": generate_ms},
             ))
         return results
+
+
+_VISION_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+
+
+def _dtype_kwarg(dtype: Any) -> dict[str, Any]:
+    """``from_pretrained``'s dtype argument (transformers renamed torch_dtype to dtype in 4.56)."""
+    import transformers
+
+    major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype" if major_minor >= (4, 56) else "torch_dtype": dtype}
 
 
 class _LogprobRecorder:

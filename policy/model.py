@@ -56,6 +56,7 @@ class Generation:
     # sha256 of the prompt token ids as little-endian int32 (policy.prompting.prompt_sha256): training checks
     # its rebuild of the step's prompt against it
     prompt_sha256: str | None = None
+    policy_version: int | None = None  # the version of the weights that generated it, when the backend knows
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 

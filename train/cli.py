@@ -84,6 +84,26 @@ def train_model(config: str, run_dirs: tuple[str, ...], runs: tuple[str, ...], o
                    f"checkpoint {result.checkpoint}; metrics {result.metrics_path}")
 
 
+@click.command("train")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+def train_loop(config: str) -> None:
+    """Run the RL loop of CONFIG (TOML: the loop's keys, the trainer's in [train]): roll out with the current
+    policy, reward, build samples, train, load the new weights in place; repeat."""
+    import uvloop
+
+    from train.config import ConfigError
+    from train.loop import LoopConfig, run_loop
+
+    try:
+        cfg = LoopConfig.load(config)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    for r in uvloop.run(run_loop(cfg)):
+        click.echo(f"iteration {r.iteration}: {r.episodes} episodes (versions {r.versions_seen}), success "
+                   f"{r.success_rate:.0%}, {r.samples} samples ({r.stale_dropped} stale dropped) -> version {r.version}"
+                   f"  [rollout {r.rollout_s:.0f} s, train {r.train_s:.0f} s]")
+
+
 @click.group()
 def cli() -> None:
     """Training commands."""
@@ -91,6 +111,7 @@ def cli() -> None:
 
 cli.add_command(export)
 cli.add_command(train_model)
+cli.add_command(train_loop)
 
 
 if __name__ == "__main__":

@@ -206,6 +206,9 @@ def step_sample(proc: Processing, record: dict[str, Any], step: dict[str, Any], 
         if not _decodes_to(proc.tokenizer, token_ids, reply):
             raise SampleError("target mismatch: the recorded token_ids do not decode to the recorded reply")
         target = [int(t) for t in token_ids]
+        if proc.image_token_id in target:
+            raise SampleError("image token in reply: the reply holds an image placeholder the model would take "
+                              "for an image")
         source = "recorded"
         if logprobs is not None and len(logprobs) != len(target):
             raise SampleError(f"logprobs mismatch: {len(logprobs)} log-probs for {len(target)} tokens")

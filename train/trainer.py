@@ -260,35 +260,44 @@ def samples_from_runs(cfg: TrainConfig, run_dirs: Sequence[str | Path], proc: Pr
 
     Runs of model policies are taken as recorded; runs of the scripted (or any non-model) policy become
     demonstrations first (:func:`train.demos.demonstration_records`, in ``cfg.agent``'s protocol).
-
-    - ``fbc``: :func:`train.algorithms.fbc_select` over the runs (successful trajectories, page-changing steps,
-      the last ``iterations_back`` runs with recency weights, ``n_samples`` drawn);
-    - ``grpo``: :func:`train.algorithms.grpo_advantages` per run (groups: the trajectories of one task); steps of
-      groups without reward variance are left out.
     """
     from engine.store import read_records
-    from train.algorithms import assign_advantages, chosen_selector, fbc_select, grpo_advantages
     from train.demos import demonstration_records
-    from train.samples import samples_from_records
 
     proc = proc or Processing.load(cfg.model_dir)
     resize = {"factor": proc.vision.factor, "min_pixels": proc.vision.min_pixels, "max_pixels": proc.vision.max_pixels}
-    per_run: list[list[dict[str, Any]]] = []
+    iterations: list[tuple[str | Path, list[dict[str, Any]]]] = []
     for run_dir in run_dirs:
         records = read_records(run_dir)
         model_run = any(step.get("messages") for r in records for step in r.get("steps") or [])
         if not model_run:
             records = demonstration_records(run_dir, cfg.agent, only_success=False, resize=resize)
-        per_run.append(records)
+        iterations.append((run_dir, records))
+    return samples_from_iterations(cfg, iterations, proc)
+
+
+def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | Path, Sequence[dict[str, Any]]]],
+                            proc: Processing) -> SampleSet:
+    """The training samples of the records of several iterations (``(run_dir, records)``, oldest first).
+
+    - ``fbc``: :func:`train.algorithms.fbc_select` over the iterations (successful trajectories, page-changing
+      steps, the last ``iterations_back`` iterations with recency weights, ``n_samples`` drawn);
+    - ``grpo``: :func:`train.algorithms.grpo_advantages` per iteration (groups: the trajectories of one task);
+      steps of groups without reward variance are left out.
+    """
+    from train.algorithms import assign_advantages, chosen_selector, fbc_select, grpo_advantages
+    from train.samples import samples_from_records
+
     out = SampleSet()
     if cfg.algorithm == "fbc":
-        chosen = fbc_select(per_run, cfg.iterations_back, cfg.recency, cfg.n_samples, cfg.seed)
+        chosen = fbc_select([records for _, records in iterations], cfg.iterations_back, cfg.recency,
+                            cfg.n_samples, cfg.seed)
         select = chosen_selector(chosen, cfg.loss_weight)
-        for index, (run_dir, records) in enumerate(zip(run_dirs, per_run, strict=True)):
+        for index, (run_dir, records) in enumerate(iterations):
             samples_from_records(proc, records, run_dir, index, select=select,
                                  use_recorded_tokens=cfg.use_recorded_tokens, out=out)
         return out
-    for index, (run_dir, records) in enumerate(zip(run_dirs, per_run, strict=True)):
+    for index, (run_dir, records) in enumerate(iterations):
         result = grpo_advantages(records, cfg.normaliser, cfg.k)
         for task_id, why in result.skipped.items():
             out.skipped[f"group skipped ({why.split(':')[0]})"] += 1
