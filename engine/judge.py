@@ -73,8 +73,8 @@ not get past? Cookie banners, pop-ups that can be closed and pages that merely l
 information are not blocking.
 YES means blocked, NO means not blocked. """ + _VERDICT_LINE
 
-HALLUCINATION_PROMPT = """## Answer check
-You are evaluating a web agent's work. The agent's task:
+# What the answer and fact checks both show the judge first.
+_EPISODE = """You are evaluating a web agent's work. The agent's task:
 {task}
 
 The agent's actions:
@@ -82,22 +82,15 @@ The agent's actions:
 
 The agent's final answer:
 {answer}
+"""
 
+HALLUCINATION_PROMPT = "## Answer check\n" + _EPISODE + """
 Below are the key screenshots of the agent's session, in order; the last one is the final page. Is every \
 factual claim in the final answer supported by what the screenshots show? A claim that no screenshot \
 shows is a hallucination.
 YES means supported, NO means not supported. """ + _VERDICT_LINE
 
-FACT_PROMPT = """## Fact check
-You are evaluating a web agent's work. The agent's task:
-{task}
-
-The agent's actions:
-{steps}
-
-The agent's final answer:
-{answer}
-
+FACT_PROMPT = "## Fact check\n" + _EPISODE + """
 One requirement of the task's rubric:
 {fact}
 
