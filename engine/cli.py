@@ -32,6 +32,7 @@ from train.cli import export as export_cmd
 from train.cli import train_loop as train_loop_cmd
 from train.cli import train_model as train_model_cmd
 from tui.cli import monitor, run_with_tui
+from viewer.cli import view as view_cmd
 
 
 def _uvloop_run(coro):  # type: ignore[no-untyped-def]
@@ -220,6 +221,7 @@ async def _run_with_progress(cfg: RunConfig, policy: Policy, sites: dict[str, Pa
 main.add_command(tasks_group)
 main.add_command(bench_cmd)
 main.add_command(monitor)
+main.add_command(view_cmd)
 main.add_command(export_cmd)
 main.add_command(train_model_cmd)
 main.add_command(train_loop_cmd)

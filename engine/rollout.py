@@ -257,6 +257,8 @@ class Rollout:
             "policy_version": (reply.policy_version if reply.policy_version is not None
                                else self.ctx.settings.policy_version),
         }
+        if self.current.elements is not None:
+            step["elements"] = self.current.elements  # Set-of-Marks: what the numbered boxes were
         if reply.details is not None:
             step["parsed"] = reply.details
         if reply.messages is not None:

@@ -1,0 +1,1 @@
+"""A static HTML report of a run directory (``webgym-engine view RUN_DIR``)."""
