@@ -55,6 +55,7 @@ class RolloutService:
         self._done: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._runners: list[asyncio.Task[None]] = []
         self._policies: dict[int, Policy] = {}  # started policies, closed with the service
+        self._starts: dict[int, asyncio.Future[None]] = {}
         self._samples: dict[str, int] = {}  # next sample index per task: episode ids stay unique
         self._outstanding = 0  # submitted episodes whose final record has not been handed out yet
         self._held: dict[str, dict[str, Any]] = {}  # finished, not handed out yet (gather() waits for others)
@@ -163,10 +164,15 @@ class RolloutService:
         while True:
             rollout = await self._pending.get()
             policy = rollout.ctx.policy
-            if id(policy) not in self._policies:
-                self._policies[id(policy)] = policy  # before the await: one start per policy
-                await policy.start()
-            record = await rollout.run()
+            if id(policy) not in self._starts:  # one start per policy; every runner waits for it to finish
+                self._policies[id(policy)] = policy
+                self._starts[id(policy)] = asyncio.ensure_future(policy.start())
+            try:
+                await asyncio.shield(self._starts[id(policy)])
+            except Exception as exc:  # noqa: BLE001 - a policy that cannot start ends its episodes, not the service
+                record = await rollout.end_with_error("policy", f"the policy did not start: {exc}")
+            else:
+                record = await rollout.run()
             if record["status"] != "judge_pending":
                 self._done.put_nowait(record)
 

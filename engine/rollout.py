@@ -386,7 +386,13 @@ class Rollout:
 
     async def cut(self, reason: str) -> None:
         """End an episode the engine stopped (a straggler) with an error record that says why."""
-        await self._fail("straggler", reason)
+        await self.end_with_error("straggler", reason)
+
+    async def end_with_error(self, kind: str, message: str) -> dict[str, Any]:
+        """End the episode now with an error record (if it has none yet); returns its record."""
+        await self._fail(kind, message)
+        assert self.record is not None
+        return self.record
 
     async def _reward(self) -> Reward:
         assert self.session is not None and self.current is not None

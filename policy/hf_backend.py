@@ -41,7 +41,14 @@ import numpy as np
 
 from policy.base import PolicyError
 from policy.model import ChatRequest, Generation, LanguageModel, SamplingParams
-from policy.prompting import PromptError, build_prompt_ids, image_token_id_of, load_tokenizer, prompt_sha256
+from policy.prompting import (
+    PromptError,
+    build_prompt_ids,
+    image_token_id_of,
+    load_tokenizer,
+    prompt_sha256,
+    vision_token_ids,
+)
 from policy.vision import ProcessedImage, VisionConfig, load_vision_config, stack_images
 
 log = logging.getLogger(__name__)
@@ -226,8 +233,7 @@ class HFModel(LanguageModel):
         self.resize = {"factor": self.vision.factor, "min_pixels": self.vision.min_pixels,
                        "max_pixels": self.vision.max_pixels}
         self.image_token_id = int(image_token_id)
-        self.vision_token_ids = {int(t) for t in (getattr(config, k, None) for k in _VISION_TOKEN_KEYS)
-                                 if isinstance(t, int) and t >= 0} | {self.image_token_id}
+        self.vision_token_ids = set(vision_token_ids(config)) | {self.image_token_id}
         self.stop_token_ids = stop
         self.pad_token_id = int(pad)
         # transformers >= 5 computes M-RoPE positions from per-token modality types; older versions from ids.
@@ -488,9 +494,6 @@ class HFModel(LanguageModel):
                             "generate_ms": generate_ms},
             ))
         return results
-
-
-_VISION_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 
 
 def _dtype_kwarg(dtype: Any) -> dict[str, Any]:

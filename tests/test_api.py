@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from engine.api import RolloutService
 from engine.runner import RunConfig
 from engine.store import read_records
 from engine.tasks import load_tasks
+from policy.base import Policy
 from policy.registry import make_policy
 from tests.conftest import subset
 
@@ -38,3 +40,22 @@ async def test_submissions_stream_back_as_they_finish(tmp_path: Path) -> None:
         assert record["episode_id"] == again[0] and record["sample"] == 2
         run_dir = service.run_dir
     assert run_dir is not None and len(read_records(run_dir)) == 7
+
+
+class BrokenPolicy(Policy):
+    """A policy whose start fails (a model that cannot load)."""
+
+    async def start(self) -> None:
+        await asyncio.sleep(0.05)  # runners wait on the same start meanwhile
+        raise RuntimeError("weights not found")
+
+
+async def test_a_policy_that_cannot_start_ends_its_episodes_with_errors(tmp_path: Path) -> None:
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, telemetry=None)
+    async with RolloutService(cfg, serve_sites=True) as service:
+        assert service.base_url is not None
+        tasks = load_tasks(subset(tmp_path, per_site=1), service.base_url)
+        ids = service.submit(tasks, BrokenPolicy())
+        records = await asyncio.wait_for(service.gather(ids), 60)
+    assert [r["status"] for r in records] == ["error"] * len(ids)
+    assert all("weights not found" in r["error"]["message"] for r in records)

@@ -81,7 +81,7 @@ def test_grpo_iterations_update_the_weights_and_keep_versions(tmp_path: Path, mo
     assert [r["iteration"] for r in reports] == [0, 1]
     first, second = reports
     assert first["episodes"] == second["episodes"] == 16 and first["versions_seen"] == [0]
-    assert first["samples"] > 0 and first["version"] == 1 and first["checkpoint"]
+    assert first["samples"] > 0 and first["version"] == 1 and first["checkpoint"], first
     # sync: the second batch ran on the new weights. async: it started before the update, so its early steps
     # come from version 0 and, once the weights were swapped mid-episode, its later ones from version 1; one
     # version behind is within the staleness bound, so nothing is dropped.

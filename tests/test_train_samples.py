@@ -21,6 +21,7 @@ from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
 from engine.tasks import BUNDLED_TASKS  # noqa: E402
 from policy.model import SamplingParams, image_refs  # noqa: E402
+from policy.prompting import vision_token_ids  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from train.export import export_sharegpt  # noqa: E402
@@ -173,6 +174,8 @@ def test_model_log_probs_at_label_positions_equal_the_recorded_ones(hf_run: Path
                                     "mm_token_type_ids") if k in batch}
     with torch.no_grad():
         logits = model(**inputs).logits.float()
+    # The backend sampled with the vision placeholders suppressed: the same distribution here.
+    logits[..., vision_token_ids(model.config)] = float("-inf")
     logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["labels"][:, 1:].clamp(min=0).unsqueeze(-1))
     mask = batch["loss_mask"][:, 1:]
     got, want = logp.squeeze(-1)[mask], batch["behaviour_logprobs"][:, 1:][mask]

@@ -53,7 +53,14 @@ import numpy as np
 from engine import _imgcodec as codec
 from engine.store import read_records
 from policy.model import image_refs
-from policy.prompting import image_token_count, image_token_id_of, load_tokenizer, prompt_ids, prompt_sha256
+from policy.prompting import (
+    image_token_count,
+    image_token_id_of,
+    load_tokenizer,
+    prompt_ids,
+    prompt_sha256,
+    vision_token_ids,
+)
 from policy.vision import ProcessedImage, VisionConfig, load_vision_config, preprocess_jpeg, stack_images
 
 IGNORE_INDEX = -100
@@ -72,6 +79,7 @@ class Processing:
     image_token_id: int
     pad_token_id: int
     end_token_id: int  # the end-of-turn token appended to a reply that has no recorded token ids
+    vision_token_ids: frozenset[int] = frozenset()  # placeholders a reply never holds (see policy.prompting)
 
     @classmethod
     def load(cls, processor_dir: str | Path) -> Processing:
@@ -88,8 +96,10 @@ class Processing:
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else end
-        return cls(tokenizer, load_vision_config(processor_dir), image_token_id_of(tokenizer, config),
-                   int(pad), int(end))
+        image_token_id = image_token_id_of(tokenizer, config)
+        vision = frozenset(vision_token_ids(config)) | {image_token_id} if config is not None else {image_token_id}
+        return cls(tokenizer, load_vision_config(processor_dir), image_token_id, int(pad), int(end),
+                   frozenset(vision))
 
     def image_tokens(self, jpeg_header: bytes) -> int:
         """How many ``<|image_pad|>`` tokens a JPEG takes, from its header alone (no decoding)."""
@@ -206,9 +216,9 @@ def step_sample(proc: Processing, record: dict[str, Any], step: dict[str, Any], 
         if not _decodes_to(proc.tokenizer, token_ids, reply):
             raise SampleError("target mismatch: the recorded token_ids do not decode to the recorded reply")
         target = [int(t) for t in token_ids]
-        if proc.image_token_id in target:
-            raise SampleError("image token in reply: the reply holds an image placeholder the model would take "
-                              "for an image")
+        if not proc.vision_token_ids.isdisjoint(target):
+            raise SampleError("vision token in reply: the reply holds a vision placeholder the model would take "
+                              "for part of an image")
         source = "recorded"
         if logprobs is not None and len(logprobs) != len(target):
             raise SampleError(f"logprobs mismatch: {len(logprobs)} log-probs for {len(target)} tokens")

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policy.prompting import vision_token_ids
 from train.config import TrainConfig
 from train.samples import IGNORE_INDEX, Collator, Processing, Sample, SampleSet, bucket_batches
 
@@ -171,7 +172,10 @@ def label_logprobs(model: Any, batch: dict[str, Any], device: Any) -> tuple[Any,
     logits = logits.reshape(-1, logits.shape[-1]).float()
     if logits.shape[0] != targets.shape[0]:
         raise RuntimeError(f"{logits.shape[0]} logits for {targets.shape[0]} labels")
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    # The rollout sampled with vision placeholders suppressed (policy.hf_backend): the same distribution here.
+    vision = torch.tensor(vision_token_ids(model.config), dtype=torch.long, device=logits.device)
+    masked = logits.index_fill(-1, vision, float("-inf"))
+    logp = torch.log_softmax(masked, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logp, targets, rows, logits
 
 
