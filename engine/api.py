@@ -27,7 +27,7 @@ from typing import Any
 from browserpool.pool import BrowserPool
 from engine.judging import JudgeQueue
 from engine.rollout import Rollout, RolloutContext, RolloutSettings
-from engine.runner import RunConfig, _make_judge, new_run_dir, pool_config
+from engine.runner import RunConfig, make_judge, new_run_dir, pool_config
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
 from engine.store import RunStore, merge_judgement
@@ -54,8 +54,8 @@ class RolloutService:
         self._pending: asyncio.Queue[Rollout] = asyncio.Queue()
         self._done: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._runners: list[asyncio.Task[None]] = []
-        self._policies: dict[int, Policy] = {}  # started policies, closed with the service
-        self._starts: dict[int, asyncio.Future[None]] = {}
+        # Each policy's start (one per policy, awaited by every runner); the policies are closed with the service.
+        self._starts: dict[int, tuple[Policy, asyncio.Future[None]]] = {}
         self._samples: dict[str, int] = {}  # next sample index per task: episode ids stay unique
         self._outstanding = 0  # submitted episodes whose final record has not been handed out yet
         self._held: dict[str, dict[str, Any]] = {}  # finished, not handed out yet (gather() waits for others)
@@ -80,7 +80,7 @@ class RolloutService:
         self._store.write_manifest({**asdict(self.cfg), "api": True, "sites_base_url": self.base_url})
         self._pool = BrowserPool(pool_config(self.cfg, str(self.run_dir / "workers.log")))
         await self._pool.start()
-        self._judge = _make_judge(self.cfg)
+        self._judge = make_judge(self.cfg)
         if self._judge is not None:
             await self._judge.start()
             self._judge_queue = JudgeQueue(self._judge, self._store, on_verdict=self._on_verdict)
@@ -150,9 +150,9 @@ class RolloutService:
             await self._judge_queue.drain()
         if self._judge is not None:
             await self._judge.close()
-        for policy in self._policies.values():
+        for policy, _ in self._starts.values():
             await policy.close()
-        self._policies.clear()
+        self._starts.clear()
         if self._pool is not None:
             await self._pool.close()
         if self._store is not None:
@@ -164,11 +164,10 @@ class RolloutService:
         while True:
             rollout = await self._pending.get()
             policy = rollout.ctx.policy
-            if id(policy) not in self._starts:  # one start per policy; every runner waits for it to finish
-                self._policies[id(policy)] = policy
-                self._starts[id(policy)] = asyncio.ensure_future(policy.start())
+            if id(policy) not in self._starts:
+                self._starts[id(policy)] = (policy, asyncio.ensure_future(policy.start()))
             try:
-                await asyncio.shield(self._starts[id(policy)])
+                await asyncio.shield(self._starts[id(policy)][1])
             except Exception as exc:  # noqa: BLE001 - a policy that cannot start ends its episodes, not the service
                 record = await rollout.end_with_error("policy", f"the policy did not start: {exc}")
             else:

@@ -227,7 +227,7 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
     store.write_manifest({**asdict(cfg), "policy_info": policy.describe(), "sites_base_url": base_url,
                           "resumed_with": len(done)})
     pool = BrowserPool(pool_config(cfg, str(run_dir / "workers.log")))
-    judge = _make_judge(cfg)
+    judge = make_judge(cfg)
     telemetry: TelemetryPublisher | None = None
     try:
         telemetry = _make_telemetry(cfg, run_dir, plan)  # first: a monitor can attach while the pool starts
@@ -276,7 +276,7 @@ def _both(first: Callable[[EpisodeStatus], None],
     return call
 
 
-def _make_judge(cfg: RunConfig) -> RubricJudge | None:
+def make_judge(cfg: RunConfig) -> RubricJudge | None:
     """The judge, when the reward mode may use it; verdicts are cached beside the run directory, shared by runs."""
     if cfg.reward == "program" or not cfg.judge.base_url:
         return None
