@@ -53,7 +53,7 @@ class RunConfig:
     listen: str | None = None
     spawn_workers: bool = True
     worker: WorkerConfig = field(default_factory=lambda: WorkerConfig(endpoint=""))
-    memory_sample_s: float = 2.0
+    memory_sample_s: float = 5.0
     agent: AgentConfig = field(default_factory=AgentConfig)  # the model backends' agent protocol
     sampling: SamplingParams = field(default_factory=SamplingParams)
     backend: BackendConfig = field(default_factory=BackendConfig)
@@ -179,12 +179,13 @@ class Engine:
 
     async def _sample_memory(self) -> None:
         # Reading PSS costs ~2 ms of kernel time per Chromium process, so the interval stretches to
-        # keep the sampler under ~5% of one core however many renderers there are.
+        # keep the sampler under ~2% of one core however many renderers there are (on a machine that
+        # Chromium saturates, this was the largest fixed cost of the engine process).
         while True:
             t0 = time.monotonic()
             pss = await asyncio.to_thread(self.ctx.pool.browser_pss_bytes)
             self.stats.peak_browser_pss = max(self.stats.peak_browser_pss, pss)
-            await asyncio.sleep(max(self.cfg.memory_sample_s, 20 * (time.monotonic() - t0)))
+            await asyncio.sleep(max(self.cfg.memory_sample_s, 50 * (time.monotonic() - t0)))
 
 
 def load_task_source(spec: str, base_url: str | None) -> list[Task]:
