@@ -55,6 +55,7 @@ class RunStore:
     def __init__(self, run_dir: str | Path) -> None:
         self.dir = Path(run_dir)
         self.frames_dir = self.dir / "frames"
+        self._dir = str(self.dir)
         self.episodes_path = self.dir / "episodes.jsonl"
         self.frames_dir.mkdir(parents=True, exist_ok=True)
         self.judgements_path = self.dir / "judgements.jsonl"
@@ -80,9 +81,11 @@ class RunStore:
 
     def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
         """Store one screenshot as given; returns its path relative to the run directory."""
-        path = self.frame_path(episode_id, index)
+        # Plain strings, not Path objects: this runs once per step in the engine process.
+        rel = f"frames/{_SAFE.sub('_', episode_id)}/{index:03d}.jpg"
+        path = os.path.join(self._dir, rel)
         if index == 0:
-            path.parent.mkdir(exist_ok=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(jpeg)
@@ -90,7 +93,7 @@ class RunStore:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        return str(path.relative_to(self.dir))
+        return rel
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one episode record as a single line in a single write."""

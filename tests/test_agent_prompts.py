@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.actions import AgentAction
 from engine.agent.context import build_messages
-from engine.agent.prompts import AgentConfig, PromptTemplates, fill, system_prompt
+from engine.agent.prompts import AgentConfig, PromptTemplates, fill, fill_rows, system_prompt
 from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
 from policy.base import PolicyRequest, StepView
@@ -202,3 +202,10 @@ def test_vllm_backend_is_import_guarded() -> None:
 def test_fill_follows_string_template(template: str) -> None:
     values = {"task": "find {it}", "task2": "$x"}
     assert fill(template, **values) == string.Template(template).safe_substitute(values)
+
+
+@given(st.lists(st.sampled_from(["$id", "${id}", "$$", "$", "{", "}", "$text", "${tag}", "$missing", " "]),
+                max_size=10).map("".join))
+def test_fill_rows_matches_fill(template: str) -> None:
+    rows = [{"id": 7, "text": "Buy {now}", "tag": "button"}, {"id": 12, "text": "$5 off", "tag": "a"}]
+    assert fill_rows(template, rows) == [fill(template, **row) for row in rows]

@@ -15,7 +15,7 @@ from engine.tasks import Task
 from policy.base import StepView
 
 from .parser import strip_think
-from .prompts import AgentConfig, PromptTemplates, fill
+from .prompts import AgentConfig, PromptTemplates, fill, fill_rows
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def _text(text: str) -> dict[str, Any]:
 
 def element_list(elements: Sequence[Sequence[Any]], templates: PromptTemplates) -> str:
     """The Set-of-Marks text list: one ``id: N, text: <name>, tag: <tag>`` line per element."""
-    lines = [fill(templates.element_line, id=e[0], text=e[2], tag=e[1]) for e in elements]
+    lines = fill_rows(templates.element_line, ({"id": e[0], "text": e[2], "tag": e[1]} for e in elements))
     return "\n".join([templates.elements_header, *lines]) if lines else templates.elements_header + " none"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,14 +132,32 @@ def _text(args: dict[str, Any], key: str, action: str, *, allow_empty: bool = Fa
     return value
 
 
-Elements = dict[int, tuple[int, int]]  # Set-of-Marks element id -> the centre of its box (CSS px)
+class Elements(Mapping[int, tuple[int, int]]):
+    """Set-of-Marks element id -> the centre of its box (CSS px), from a worker's ``[id, tag, text, x, y, w, h]``
+    list. Built on first use: most replies target no element, and a page may list hundreds."""
+
+    def __init__(self, elements: Sequence[Sequence[Any]]) -> None:
+        self._elements = elements
+        self._centres: dict[int, tuple[int, int]] | None = None
+
+    def _built(self) -> dict[int, tuple[int, int]]:
+        if self._centres is None:
+            self._centres = {int(e[0]): (round(e[3] + e[5] / 2), round(e[4] + e[6] / 2)) for e in self._elements}
+        return self._centres
+
+    def __getitem__(self, element_id: int) -> tuple[int, int]:
+        return self._built()[element_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._elements)
 
 
-def element_centres(elements: list[list[Any]] | None) -> Elements | None:
-    """Element id -> box centre, from a worker's ``[id, tag, text, x, y, w, h]`` list."""
-    if elements is None:
-        return None
-    return {int(e[0]): (round(e[3] + e[5] / 2), round(e[4] + e[6] / 2)) for e in elements}
+def element_centres(elements: Sequence[Sequence[Any]] | None) -> Elements | None:
+    """Element id -> box centre, from a worker's ``[id, tag, text, x, y, w, h]`` list (None stays None)."""
+    return None if elements is None else Elements(elements)
 
 
 def _element_id(value: Any) -> int:

@@ -12,6 +12,7 @@ import functools
 import json
 import re
 import string
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,12 @@ def fill(template: str, **values: Any) -> str:
     """Substitute ``values`` into ``template`` with ``string.Template`` rules (``$$`` is a literal dollar;
     missing names stay as written), through a cached ``str.format`` string (a prompt has hundreds)."""
     return _format_string(template).format_map(_KeepMissing({k: str(v) for k, v in values.items()}))
+
+
+def fill_rows(template: str, rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``fill`` of one template per row of values (the Set-of-Marks element lines: one per element and step)."""
+    fmt = _format_string(template).format_map
+    return [fmt(_KeepMissing(row)) for row in rows]
 
 
 @dataclass(frozen=True)
