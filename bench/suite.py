@@ -382,6 +382,8 @@ def publish(out: Path, docs: Path, results: Sequence[SuiteResult], machine: dict
         for p in r.plots:
             shutil.copy2(out / p, img_dir / p)
         shutil.copy2(out / f"{r.suite}.json", img_dir / f"{r.suite}.json")
+    for profile in out.glob("engine-pyspy-0.txt"):  # the overhead suite's py-spy sample (first repeat)
+        shutil.copy2(profile, img_dir / profile.name)
     text = summary_markdown(results, machine, scale, plots_prefix="benchmarks/")
     text = text.replace("# Benchmark summary", "# Benchmarks", 1)
     text += ("\nRegenerate with `webgym-engine bench all --publish docs` on a quiet machine "

@@ -2,7 +2,7 @@
 
 Every suite repeats its measurements ``repeats`` times (interleaving the configurations it compares, so
 that a slow moment of a shared machine hits both sides), and reports each figure as the median with
-min and max. Scales: ``full`` (the published figures; tens of minutes), ``quick`` (all suites together in
+min and max. Scales: ``full`` (the published figures; about 80 minutes on 2 cores), ``quick`` (all suites together in
 under 10 minutes on a 2-core machine), ``tiny`` (seconds; the tests run it so that no suite rots).
 
 Page profiles: ``light`` is the bundled sites (a few hundred DOM nodes, a handful of images); ``heavy``
@@ -87,14 +87,14 @@ CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     "ceiling": {
         "full": {"profiles": {"light": [8, 16, 32, 64], "heavy": [16, 32]}, "seconds": 10.0, "warmup": 3.0,
                  "repeats": 3},
-        "quick": {"profiles": {"light": [16, 32], "heavy": [16]}, "seconds": 6.0, "warmup": 2.0, "repeats": 1},
+        "quick": {"profiles": {"light": [16, 32], "heavy": [16]}, "seconds": 5.0, "warmup": 2.0, "repeats": 1},
         "tiny": {"profiles": {"light": [2]}, "seconds": 1.0, "warmup": 0.5, "repeats": 1, "workers": 1,
                  "facts_pages": 1},
     },
     "async": {
         "full": {"concurrency": [32, 128, 256], "seconds": 40.0, "warmup": 10.0, "repeats": 2, "heavy_tasks": 24,
                  "ramp_timeout": 150.0},
-        "quick": {"concurrency": [32, 128], "seconds": 15.0, "warmup": 3.0, "repeats": 1, "heavy_tasks": 24,
+        "quick": {"concurrency": [32, 128], "seconds": 12.0, "warmup": 3.0, "repeats": 1, "heavy_tasks": 24,
                   "ramp_timeout": 60.0},
         "tiny": {"concurrency": [2], "seconds": 2.5, "warmup": 0.2, "repeats": 1, "heavy_tasks": 2, "workers": 1,
                  "sim_speed": 4.0, "ramp_timeout": 10.0},
@@ -488,7 +488,7 @@ def phase_times(stats: pstats.Stats) -> dict[str, float]:
 async def profiled_run(base: str, n: int, warmup: float, seconds: float, workers: int, sim_speed: float,
                        out_dir: Path, pyspy_path: Path | None = None) -> dict[str, Any]:
     """The engine with the (fast) simulated policy: CPU per step unprofiled, then (with ``pyspy_path``) a py-spy
-    sample of the process into that file, then per phase under cProfile."""
+    sample of the process into that file over half a window, then per phase under cProfile."""
     from engine.agent.prompts import AgentConfig
     from engine.runner import RunConfig, run
     from policy.registry import BackendConfig, make_policy
@@ -524,7 +524,7 @@ async def profiled_run(base: str, n: int, warmup: float, seconds: float, workers
     t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
     # CPU time of the event loop's thread, not wall time: on a busy machine wall time also counts the moments
     # the process waits for a core.
-    pyspy = await pyspy_window(seconds, pyspy_path) if pyspy_path is not None else None
+    pyspy = await pyspy_window(seconds / 2, pyspy_path) if pyspy_path is not None else None
     prof = cProfile.Profile(time.thread_time)
     prof.enable()
     p0, ps0 = stats.steps, time.process_time()
