@@ -94,8 +94,8 @@ CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     "async": {
         "full": {"concurrency": [32, 128, 256], "seconds": 40.0, "warmup": 10.0, "repeats": 2, "heavy_tasks": 24,
                  "ramp_timeout": 150.0},
-        "quick": {"concurrency": [32, 128], "seconds": 12.0, "warmup": 3.0, "repeats": 1, "heavy_tasks": 24,
-                  "ramp_timeout": 60.0},
+        "quick": {"concurrency": [32, 128], "seconds": 10.0, "warmup": 2.0, "repeats": 1, "heavy_tasks": 24,
+                  "ramp_timeout": 45.0},
         "tiny": {"concurrency": [2], "seconds": 2.5, "warmup": 0.2, "repeats": 1, "heavy_tasks": 2, "workers": 1,
                  "sim_speed": 4.0, "ramp_timeout": 10.0},
     },

@@ -134,7 +134,8 @@ def _text(args: dict[str, Any], key: str, action: str, *, allow_empty: bool = Fa
 
 class Elements(Mapping[int, tuple[int, int]]):
     """Set-of-Marks element id -> the centre of its box (CSS px), from a worker's ``[id, tag, text, x, y, w, h]``
-    list. Built on first use: most replies target no element, and a page may list hundreds."""
+    list. Built on first use: only replies that name an element need it (not scrolls, keys, waits or answers),
+    and a page may list hundreds."""
 
     def __init__(self, elements: Sequence[Sequence[Any]]) -> None:
         self._elements = elements
