@@ -47,9 +47,44 @@ class WorkerConfig:
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")
+    # The network policy for pages (browserpool.netpolicy): every load of a context goes through a proxy in
+    # the worker that refuses metadata, link-local and (unless allowed) loopback and private addresses.
+    # net_exempt: the engine's own sites as HOST:PORT (they bypass the proxy); net_hosts: name -> address(es,
+    # comma-separated) used instead of DNS (tests make fake hosts on 127.x with it).
+    net_policy: bool = True
+    allow_private_network: bool = False
+    net_allow: list[str] = field(default_factory=list)
+    net_deny: list[str] = field(default_factory=list)
+    net_exempt: list[str] = field(default_factory=list)
+    net_hosts: dict[str, str] = field(default_factory=dict)
+    # Pages a context may hold at once (the episode's tab and popups on their way to being closed); past it
+    # the context is discarded after its episode.
+    max_pages_per_context: int = 4
+    # Page events (refused loads, popups, downloads, dialogs) reported per observation; the rest are counted.
+    max_events_per_observation: int = 32
+    # Renderer memory watch (0 turns a cap off). A context whose page's JS heap is above context_memory_mib
+    # when its episode ends is discarded instead of reused; a browser whose process tree's PSS (sampled every
+    # memory_check_s in a thread) is above browser_memory_mib is recycled once it has no live episode (the
+    # worker reports itself draining meanwhile, so that the pool leases it no new episodes).
+    context_memory_mib: int = 512
+    browser_memory_mib: int = 8192
+    memory_check_s: float = 5.0
+    # The shared-memory ring's name; the pool names its workers' rings (browserpool.instance) so that stale
+    # ones can be told from live ones. None: a name of the worker's own choosing (hand-started workers).
+    shm_name: str | None = None
+    # CURVE (tcp endpoints): the engine's public key file and this worker's secret key file; ``insecure``
+    # allows tcp without them.
+    server_key_file: str | None = None
+    key_file: str | None = None
+    insecure: bool = False
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        d = asdict(self)
+        # The bundled-site servers this process runs are the engine's own sites: exempt in the worker, too.
+        from browserpool.netpolicy import engine_sites  # here: config stays import-light
+
+        d["net_exempt"] = list(dict.fromkeys([*self.net_exempt, *engine_sites()]))
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import json
 import time
 from typing import Any
@@ -19,8 +20,9 @@ from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
 from browserpool.keys import KeyDef, key_for_char, parse_combo
+from browserpool.netpolicy import NetPolicy
 from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, SOM_FN
-from browserpool.protocol import BrowserAction
+from browserpool.protocol import BrowserAction, PageEvent
 
 _SETTLE_EXPR = (
     "(window.__wgSettle ? window.__wgSettle({quiet}, {cap}) : Promise.resolve('quiet'))"
@@ -44,15 +46,131 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 2)
 
 
+# Permissions a page may ask for: denied outright, so that no request waits on a prompt nobody answers
+# (headless Chromium leaves Notification.requestPermission() pending forever otherwise).
+DENIED_PERMISSIONS = (
+    "geolocation", "notifications", "camera", "microphone", "midi", "clipboard-read", "display-capture",
+    "idle-detection", "local-fonts", "storage-access", "window-management", "persistent-storage",
+    "background-sync", "screen-wake-lock", "speaker-selection", "captured-surface-control", "keyboard-lock",
+    "pointer-lock", "local-network-access", "local-network", "loopback-network",
+)
+# Main-frame documents that are not refused after the fact: the blank page, error pages (a refused or
+# failed load shows one) and blob: documents (the page's own content, same origin).
+_COMMITTED_OK = ("http:", "https:", "blob:", "chrome-error:")
+_TEXT_CAP = 300  # longest URL or message kept in a page event
+
+
+class EventLog:
+    """What a context's pages did besides the actions (refused loads, popups, downloads, dialogs, file
+    choosers), collected until the next observation takes them. Capped: past ``cap`` events per observation
+    the rest are only counted (a page cannot flood the records)."""
+
+    __slots__ = ("cap", "dropped", "items")
+
+    def __init__(self, cap: int = 32) -> None:
+        self.cap = cap
+        self.items: list[PageEvent] = []
+        self.dropped = 0
+
+    def add(self, kind: str, url: str = "", detail: str = "") -> None:
+        """Record one event (URL and detail cut to a few hundred characters)."""
+        if len(self.items) >= self.cap:
+            self.dropped += 1
+            return
+        self.items.append(PageEvent(kind, url[:_TEXT_CAP], detail[:_TEXT_CAP]))
+
+    def take(self) -> list[PageEvent] | None:
+        """The events since the last call (None when there were none); the log starts empty again."""
+        if not self.items:
+            return None
+        items, self.items = self.items, []
+        if self.dropped:
+            items.append(PageEvent("dropped", "", f"{self.dropped} more events not listed"))
+            self.dropped = 0
+        return items
+
+    def clear(self) -> None:
+        """Forget everything (a new episode starts)."""
+        self.items.clear()
+        self.dropped = 0
+
+    def refusal_for(self, url: str) -> PageEvent | None:
+        """The refused-load event of ``url``, if any: the same URL, or for a tunnel (which shows only its host
+        and port) the same host and port. Chromium may have rewritten the host (an IPv6 literal, say), so both
+        sides are compared in canonical form."""
+        want = _authority(url)
+        if want is None:
+            return None
+        path = _path(url)
+        for ev in self.items:
+            if ev.kind == "refused" and _authority(ev.url) == want and ("://" not in ev.url or _path(ev.url) == path):
+                return ev
+        return None
+
+
+def _host_of(origin: str) -> str:
+    """The host of ``scheme://host[:port]`` (IPv6 in brackets)."""
+    rest = origin.split("://", 1)[-1]
+    if rest.startswith("["):
+        return rest[:rest.index("]") + 1]
+    return rest.rsplit(":", 1)[0] if ":" in rest else rest
+
+
+def _site_candidates(origin: str) -> list[str]:
+    """The sites ``origin`` may belong to (scheme://registrable-domain): the host itself for an IP address or a
+    single label, else every parent domain of two labels or more (one of them is the registrable domain)."""
+    scheme, _, rest = origin.partition("://")
+    host = rest[1:rest.index("]")] if rest.startswith("[") else rest.rsplit(":", 1)[0] if ":" in rest else rest
+    try:
+        ipaddress.ip_address(host)
+        return [f"{scheme}://[{host}]" if ":" in host else f"{scheme}://{host}"]
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if len(labels) < 2:
+        return [f"{scheme}://{host}"]
+    return [f"{scheme}://{'.'.join(labels[i:])}" for i in range(len(labels) - 1)]
+
+
+def _path(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _authority(url: str) -> tuple[str, int] | None:
+    """(canonical host, port) of a URL or of a bare ``host:port``; None when it has no host."""
+    try:
+        parts = urlsplit(url if "://" in url else f"tunnel://{url}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    with contextlib.suppress(ValueError):
+        host = ipaddress.ip_address(host).compressed
+    return host, port or (443 if parts.scheme in ("https", "wss", "tunnel") else 80)
+
+
 class EpisodePage:
     """A page plus its CDP session, with the state needed to tell when it has settled."""
 
-    def __init__(self, page: Page, cdp: CDPSession, cfg: WorkerConfig, main_frame: str) -> None:
+    def __init__(self, page: Page, cdp: CDPSession, cfg: WorkerConfig, main_frame: str,
+                 events: EventLog | None = None, policy: NetPolicy | None = None) -> None:
         self.page = page
         self.cdp = cdp
         self.cfg = cfg
         self.main_frame = main_frame
+        self.events = events if events is not None else EventLog(cfg.max_events_per_observation)
+        self.policy = policy
         self.origins: set[str] = set()
+        self.top_sites: set[str] = set()  # candidate sites of the main frame's documents (storage partitions)
+        self.note: str | None = None  # what the last action's own navigation ran into (a refused load)
+        self.announced_popups = 0  # window opens seen here whose page the context has not reported yet
+        self._acting = False  # inside perform(): a popup the action opened with a user gesture is adopted
+        self._adopt: str | None = None
         self.url = "about:blank"
         self.title = ""
         self._loading = False
@@ -63,14 +181,32 @@ class EpisodePage:
         cdp.on("Page.frameStartedLoading", self._on_started)
         cdp.on("Page.frameStoppedLoading", self._on_stopped)
         cdp.on("Page.frameNavigated", self._on_navigated)
+        cdp.on("Page.windowOpen", self._on_window_open)
+        cdp.on("Page.downloadWillBegin", self._on_download)
+        cdp.on("Page.javascriptDialogOpening", self._on_dialog)
+        cdp.on("Page.fileChooserOpened", self._on_file_chooser)
 
     @classmethod
-    async def create(cls, context: BrowserContext, cfg: WorkerConfig) -> EpisodePage:
+    async def create(cls, context: BrowserContext, cfg: WorkerConfig, events: EventLog | None = None,
+                     policy: NetPolicy | None = None) -> EpisodePage:
+        """A new tab in ``context`` with its CDP session: file choosers cancelled (and reported), permission
+        requests denied; ``events`` collects what its pages do, ``policy`` judges its main-frame URLs."""
         page = await context.new_page()
         cdp = await context.new_cdp_session(page)
         await cdp.send("Page.enable")
         tree = await cdp.send("Page.getFrameTree")
-        return cls(page, cdp, cfg, tree["frameTree"]["frame"]["id"])
+        ep = cls(page, cdp, cfg, tree["frameTree"]["frame"]["id"], events, policy)
+        info = await cdp.send("Target.getTargetInfo")
+        context_id = info["targetInfo"].get("browserContextId")
+        # Sent together (one round trip): a chooser is cancelled as it opens; the permissions are denied for
+        # every origin of this context. Names this Chromium does not know are refused and skipped.
+        await asyncio.gather(
+            cdp.send("Page.setInterceptFileChooserDialog", {"enabled": True, "cancel": True}),
+            *(cdp.send("Browser.setPermission", {"permission": {"name": name}, "setting": "denied",
+                                                 "browserContextId": context_id})
+              for name in DENIED_PERMISSIONS),
+            return_exceptions=True)
+        return ep
 
     # --- CDP events --------------------------------------------------------------------------
     def _on_started(self, params: dict[str, Any]) -> None:
@@ -87,10 +223,68 @@ class EpisodePage:
 
     def _on_navigated(self, params: dict[str, Any]) -> None:
         frame = params.get("frame", {})
+        origin = frame.get("securityOrigin")
+        if isinstance(origin, str) and origin.startswith(("http://", "https://")):
+            self.origins.add(origin)  # subframes too: their storage is cleared between episodes
         if frame.get("id") == self.main_frame and not frame.get("parentId"):
             self.url = frame.get("url", self.url)
             self._loader_id = frame.get("loaderId")
             self._nav_changed.set()
+            self._check_committed(self.url)
+            if isinstance(origin, str) and origin.startswith(("http://", "https://")):
+                self.top_sites.update(_site_candidates(origin))
+
+    def _check_committed(self, url: str) -> None:
+        """Every main-frame document is checked once committed, however it was reached: a refused scheme (or a
+        URL a path-specific deny pattern names, which a TLS tunnel hides from the proxy) is left for
+        about:blank at once, and recorded."""
+        low = url[:16].lower()
+        rule = None
+        if low.startswith(_COMMITTED_OK):
+            if self.policy is not None and low.startswith("https:"):
+                verdict = self.policy.deny_url(url)
+                rule = verdict.rule if verdict is not None else None
+        elif not low.startswith("about:blank"):
+            rule = f"scheme {low.split(':', 1)[0] or '?'}:"
+        if rule is not None:
+            self.events.add("refused", url, rule)
+            asyncio.ensure_future(self._leave_refused())
+
+    async def _leave_refused(self) -> None:
+        with contextlib.suppress(PlaywrightError):
+            await self.cdp.send("Page.navigate", {"url": "about:blank"})
+
+    def _on_window_open(self, params: dict[str, Any]) -> None:
+        url = str(params.get("url", ""))
+        self.announced_popups += 1
+        self._note_origin(url)
+        # One tab per episode: a popup the agent's own action opened (a user gesture) becomes the episode's
+        # page (this tab goes to its URL when the action settles); every other one is only closed.
+        if (self._acting and self._adopt is None and params.get("userGesture")
+                and url[:8].lower().startswith(("http://", "https://"))):
+            self._adopt = url
+        else:
+            self.events.add("popup", url, "closed")
+
+    def _on_download(self, params: dict[str, Any]) -> None:
+        self.events.add("download", str(params.get("url", "")), f"refused: {params.get('suggestedFilename', '')}")
+        if params.get("frameId") == self.main_frame:
+            # A navigation that became a download leaves the document where it was: the settle check, told it
+            # was leaving, must not wait for a new one until its deadline.
+            asyncio.ensure_future(self._stay())
+
+    async def _stay(self) -> None:
+        with contextlib.suppress(PlaywrightError):
+            await self.cdp.send("Runtime.evaluate", {"expression": "window.__wgStay && window.__wgStay()"})
+        self._nav_changed.set()
+
+    def _on_dialog(self, params: dict[str, Any]) -> None:
+        # Playwright answers it (dismissed; a beforeunload is accepted, so navigations go on): only recorded.
+        kind = params.get("type", "dialog")
+        self.events.add("dialog", str(params.get("url", "")), f"{kind}: {params.get('message', '')}")
+
+    def _on_file_chooser(self, params: dict[str, Any]) -> None:
+        self.events.add("filechooser", self.url, f"cancelled ({params.get('mode', '')})")
 
     # --- operations ----------------------------------------------------------------------------
     async def perform(self, action: BrowserAction, cap_s: float | None = None
@@ -112,17 +306,38 @@ class EpisodePage:
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         point = None
+        self.note = None
+        self._acting, self._adopt = True, None
         try:
-            point = await asyncio.wait_for(self._dispatch(action), cap)
-        except TimeoutError:
+            try:
+                point = await asyncio.wait_for(self._dispatch(action), cap)
+            except TimeoutError:
+                timings["action_ms"] = _ms(t0)
+                await self._stop_loading()
+                return "timeout", timings, point
             timings["action_ms"] = _ms(t0)
-            await self._stop_loading()
-            return "timeout", timings, point
-        timings["action_ms"] = _ms(t0)
-        t1 = time.perf_counter()
-        status = await self._settle(deadline, quiet_ms)
-        timings["settle_ms"] = _ms(t1)
+            t1 = time.perf_counter()
+            status = await self._settle(deadline, quiet_ms)
+            if self._adopt is not None:
+                status = await self._adopt_popup(deadline, quiet_ms)
+            timings["settle_ms"] = _ms(t1)
+        finally:
+            self._acting = False
+        if action.kind == "navigate" and action.url:
+            refused = self.events.refusal_for(action.url)
+            if refused is not None:
+                self.note = f"refused by the network policy ({refused.detail}): {refused.url}"
         return status, timings, point
+
+    async def _adopt_popup(self, deadline: float, quiet_ms: int) -> str:
+        """The action opened a popup: this tab goes to its URL (the popup itself is closed by the worker;
+        a form posted into a new window is loaded here with GET)."""
+        url, self._adopt = self._adopt, None
+        assert url is not None
+        self.events.add("popup", url, "adopted")
+        with contextlib.suppress(PlaywrightError):
+            await self.cdp.send("Page.navigate", {"url": url})
+        return await self._settle(deadline, quiet_ms)
 
     async def run_setup(self, script: str) -> tuple[str, dict[str, float]]:
         """Run an episode's setup script (a returned promise is awaited), then wait until the page settles
@@ -186,10 +401,11 @@ class EpisodePage:
             return {"error": msg.splitlines()[0]}
         return res.get("result", {}).get("value")
 
-    async def reset(self) -> None:
+    async def reset(self, more_origins: set[str] | None = None) -> None:
         """Make the tab reusable by another episode: leave the page (its scripts stop), forget the
-        storage of every origin visited and the navigation history. Reusing the tab is ~4x cheaper
-        than a new one (no new renderer process)."""
+        storage of every origin visited (its frames', popups', and ``more_origins``: those the network
+        proxy saw) and the navigation history. Reusing the tab is ~4x cheaper than a new one (no new
+        renderer process)."""
         with contextlib.suppress(PageHung):
             await self.evaluate("try { sessionStorage.clear(); } catch (e) {}")
         res = await self.cdp.send("Page.navigate", {"url": "about:blank"})
@@ -198,11 +414,24 @@ class EpisodePage:
         # attached to an active page") and the next episode's navigation can collide with this one
         # and never finish.
         await self._wait_for_document(res.get("loaderId"))
-        for origin in self.origins:
-            await self.cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+        origins = self.origins | more_origins if more_origins else self.origins
+        # A frame of another site keeps its storage in a partition of the top-level site it was embedded in
+        # (storage key "ORIGIN/^0SITE"), which clearing by origin does not reach: each such key is cleared too
+        # (candidate sites: without a public-suffix list every parent domain is tried; unknown keys cost nothing).
+        keys = {f"{o}/^0{t}" for o in origins for t in self.top_sites if _host_of(o) != _host_of(t)}
+        if origins:
+            # Independent commands: pipelined, one round trip for all of them.
+            await asyncio.gather(
+                *(self.cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+                  for origin in origins),
+                *(self.cdp.send("Storage.clearDataForStorageKey", {"storageKey": key, "storageTypes": "all"})
+                  for key in keys))
         self.origins.clear()
+        self.top_sites.clear()
         await self.forget_history()
         self.url, self.title = "about:blank", ""
+        self.note, self._adopt = None, None
+        self.events.clear()
 
     async def forget_history(self) -> None:
         """Drop the back/forward list, so go_back never reaches a previous episode's pages."""
@@ -267,9 +496,13 @@ class EpisodePage:
             self.origins.add(f"{parts.scheme}://{parts.netloc}")
 
     def check_url(self, url: str) -> None:
+        """Refuse (ActionRefused) a URL the worker is asked to load: a scheme not allowed, an about: page other
+        than about:blank. Where the page may load from is the network proxy's part."""
         scheme = urlsplit(url).scheme.lower()
         if scheme not in self.cfg.allowed_schemes:
             raise ActionRefused(f"navigation to {scheme or 'a relative'}: URL refused ({url[:200]})")
+        if scheme == "about" and url.strip().lower() != "about:blank":
+            raise ActionRefused(f"navigation to about: pages other than about:blank refused ({url[:200]})")
 
     async def _dispatch(self, a: BrowserAction) -> tuple[float, float] | None:
         kind = a.kind
@@ -320,7 +553,8 @@ class EpisodePage:
             url = a.url or ""
             self.check_url(url)
             res = await self.cdp.send("Page.navigate", {"url": url})
-            if res.get("errorText"):
+            # A load the network policy refused is an outcome (the page shows it), not a failed action.
+            if res.get("errorText") and self.events.refusal_for(url) is None:
                 raise ActionRefused(f"navigation failed: {res['errorText']}")
         else:
             raise ActionRefused(f"unknown action kind {kind!r}")

@@ -38,8 +38,11 @@ INIT_SCRIPT = r"""
   const markLeaving = (e) => {
     if (e && e.navigationType === 'push' && e.hashChange) return;
     if (e && e.destination && e.destination.sameDocument) return;
+    if (e && e.downloadRequest != null) return;  // <a download>: the document stays
     leaving = true; poke();
   };
+  // The worker calls this when a navigation turned into a download (refused): the document stays after all.
+  window.__wgStay = () => { leaving = false; poke(); };
   if (window.navigation) window.navigation.addEventListener('navigate', markLeaving);
   window.addEventListener('pagehide', () => markLeaving());
   window.addEventListener('beforeunload', () => markLeaving());
@@ -305,3 +308,14 @@ SELECT_FN = r"""
   return { ok: true, value: opt.value };
 }
 """.replace("__DEEP_HIT__", _DEEP_HIT.strip())
+
+# Installed with INIT_SCRIPT when the network policy is on. WebRTC gathers ICE candidates over UDP straight from
+# the browser (STUN/TURN servers the page names, any address), past the proxy that holds every other load to the
+# policy; the page never gets the API. (Every frame runs init scripts before its own; workers have no WebRTC.)
+NO_WEBRTC_SCRIPT = r"""
+(() => {
+  for (const name of ['RTCPeerConnection', 'webkitRTCPeerConnection', 'RTCIceTransport']) {
+    try { delete window[name]; } catch (e) {}
+  }
+})();
+"""

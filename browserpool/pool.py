@@ -3,6 +3,12 @@
 Each worker gets a bounded number of in-flight operations (a FIFO semaphore: the level-2 queue of
 the engine), episodes are placed on the worker with the fewest live ones, and a worker that dies is
 replaced while its episodes fail with :class:`WorkerLost`.
+
+Every peer is untrusted until proven otherwise: on tcp the socket is a CURVE server whose ZAP handler
+lets in only allowed keys (see ``auth.py``); every message is size-capped by ZeroMQ and decoded into a
+validated struct; a peer that keeps sending bad messages is banned; every request has a deadline, so a
+worker that heartbeats but never answers costs its episodes an error, never a hang; and a worker may
+only point the engine at shared memory under the engine's naming scheme (``instance.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +24,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import psutil
 import zmq
 import zmq.asyncio
 
 from browserpool import protocol as P
+from browserpool.auth import CURVE_ENV, ClientKeys, CurveGuard, ServerKeys
+from browserpool.childenv import worker_env
 from browserpool.config import WorkerConfig
+from browserpool.instance import SHM_NAME_RE, Instance
+from browserpool.lifeline import engine_arg
 from browserpool.memory import tree_pss_bytes
+from browserpool.netpolicy import engine_sites
+from browserpool.reaper import reap_stale
 from browserpool.shm import SlotReader, unlink_segment
 
 MAX_FAILED_STARTS = 3
@@ -35,6 +48,10 @@ class PoolError(RuntimeError):
 
 class WorkerLost(PoolError):
     """The worker (or its browser) serving an episode died."""
+
+
+class RequestTimeout(WorkerLost):
+    """A worker did not answer a request within its deadline (the episode may be retried elsewhere)."""
 
 
 class BrowserOpError(PoolError):
@@ -61,6 +78,18 @@ class PoolConfig:
     restart: bool = True
     shared_memory: bool = True  # False: frames travel inline in replies (what remote workers do)
     log_path: str | None = None  # where worker stderr goes (default: inherited)
+    # Environment variables never passed to workers, besides everything named like a secret (childenv.py):
+    # e.g. a custom --api-key-env.
+    secret_env: tuple[str, ...] = ()
+    # CURVE on the worker socket: required when ``listen`` is tcp unless ``insecure`` is set.
+    server_keys: ServerKeys | None = None
+    insecure: bool = False
+    # A request's deadline is the worker's own cap for the operation (open_timeout_s or settle_timeout_s, plus
+    # the screenshot's) plus this slack; after ``max_timeouts`` missed deadlines in a row the worker is dropped.
+    request_slack_s: float = 30.0
+    max_timeouts: int = 3
+    # Bad messages (undecodable, wrong frame count, wrong types, forged) a peer may send before it is banned.
+    max_offences: int = 5
 
 
 class Frame:
@@ -95,17 +124,22 @@ class WorkerHandle:
     ops: asyncio.Semaphore  # in-flight operations (PoolConfig.ops_per_worker)
     opens: asyncio.Semaphore  # in-flight page loads (PoolConfig.opens_per_worker)
     identity: bytes | None = None
-    proc: asyncio.subprocess.Process | None = None
+    proc: asyncio.subprocess.Process | None = None  # None: a worker started by hand (maybe on another host)
     reader: SlotReader | None = None
     shm_name: str | None = None
-    browser_pid: int = 0
+    slot_count: int = 0
+    browser_pid: int = 0  # only for workers this pool spawned (verified to be their descendant)
     pid: int = 0
+    public_key: bytes | None = None  # the CURVE key the worker authenticated with
     alive: bool = False
+    draining: bool = False  # the worker asked for no new episodes
+    timeouts: int = 0  # missed request deadlines in a row
     episodes: set[str] = field(default_factory=set)
     futures: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     pending_release: list[list[int]] = field(default_factory=list)
     last_seen: float = 0.0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    wire_id: str = ""  # the id the worker itself uses in its messages
 
 
 class BrowserSession:
@@ -152,11 +186,11 @@ class BrowserSession:
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where a CSS selector's first visible match is in the viewport (oracle access for scripts)."""
-        return await self.pool.request(self.handle, "locate", self.episode_id, {"selector": selector})
+        return P.decode_body(await self.pool.request(self.handle, "locate", self.episode_id, {"selector": selector}))
 
     async def evaluate(self, exprs: list[str]) -> list[Any]:
         """Evaluate JS expressions in the page (for programmatic reward checks)."""
-        return await self.pool.request(self.handle, "evaluate", self.episode_id, {"exprs": exprs})
+        return P.decode_body(await self.pool.request(self.handle, "evaluate", self.episode_id, {"exprs": exprs}))
 
     async def close(self) -> None:
         """Give the page's context back to the worker (state cleared); never raises."""
@@ -169,10 +203,20 @@ class BrowserSession:
             with contextlib.suppress(PoolError):
                 await self.pool.request(self.handle, "close", self.episode_id, {})
 
-    def _observation(self, body: list[Any]) -> tuple[P.Observation, Frame]:
-        obs = P.Observation.from_wire(body)
-        if obs.frame is not None and self.handle.reader is not None:
-            return obs, Frame(self.handle, obs.frame, self.handle.reader.view(obs.frame))
+    def _observation(self, body: Any) -> tuple[P.Observation, Frame]:
+        try:
+            obs = P.decode_observation(body)
+        except P.ProtocolError as exc:
+            self.pool.offence(self.handle, f"a malformed observation: {exc}")
+            raise WorkerLost(f"browser worker {self.worker_id} sent a malformed observation") from exc
+        ref = obs.frame
+        if ref is not None:
+            h = self.handle
+            if h.reader is None or ref.slot >= h.slot_count or ref.nbytes > h.reader.slot_size:
+                # A slot this worker never announced: nothing in shared memory is read for it.
+                self.pool.offence(h, f"a frame reference outside its ring ({ref})")
+                raise WorkerLost(f"browser worker {self.worker_id} sent a frame reference outside its ring")
+            return obs, Frame(h, ref, h.reader.view(ref))
         return obs, Frame(None, None, memoryview(obs.frame_bytes or b""))
 
 
@@ -181,9 +225,16 @@ class BrowserPool:
 
     def __init__(self, cfg: PoolConfig) -> None:
         self.cfg = cfg
+        self.instance = Instance.current()
         self._zctx = zmq.asyncio.Context()
         self._sock = self._zctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # bigger messages never reach Python
+        self._guard: CurveGuard | None = None
+        self._spawn_keys: ClientKeys | None = None  # the pool's own workers' key pair (CURVE only)
+        self.offences: dict[bytes, int] = {}  # bad messages per peer identity
+        self.dropped_messages = 0
+        self.fatal: BaseException | None = None  # set when the receive loop itself broke
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.endpoint = ""
         self.workers: dict[str, WorkerHandle] = {}
@@ -201,11 +252,20 @@ class BrowserPool:
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         """Bind the socket, start the workers and wait until each has said hello."""
+        self._secure_socket()
+        # What engines killed before they could clean up left behind (never a live engine's).
+        reaped = reap_stale()
+        if reaped.segments or reaped.tmp_dirs:
+            self._emit("reaped", f"removed {len(reaped.segments)} shared-memory segments and "
+                                 f"{len(reaped.tmp_dirs)} temporary directories of engines that no longer run")
+        # Private (0700) and named after this engine (pid and start time), so that the reaper of a later engine
+        # can tell it is stale: the ipc socket and the spawned workers' temp directories live here.
+        # ignore_cleanup_errors: a worker's Chromium killed at close may still be writing its profile there.
+        self._tmpdir = tempfile.TemporaryDirectory(prefix=self.instance.tmp_prefix(), ignore_cleanup_errors=True)
         if self.cfg.listen:
             self._sock.bind(self.cfg.listen)
             self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         else:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="webgym-")
             self.endpoint = f"ipc://{self._tmpdir.name}/pool.sock"
             self._sock.bind(self.endpoint)
         self._spawn_task(self._recv_loop())
@@ -223,11 +283,28 @@ class BrowserPool:
             await self.close()
             raise PoolError(f"browser workers cannot start: {self.broken}")
 
+    def _secure_socket(self) -> None:  # called from start(), on the event loop
+        """CURVE on the socket when keys are given; tcp without them only with ``insecure``."""
+        keys = self.cfg.server_keys
+        if keys is None:
+            if (self.cfg.listen or "").startswith("tcp://") and not self.cfg.insecure:
+                raise PoolError(f"the worker socket {self.cfg.listen} is on tcp: give it CURVE keys "
+                                "(--server-key, --allow-keys) or accept any peer with --insecure")
+            return
+        loop = asyncio.get_running_loop()  # refusals are reported from the ZAP handler's thread
+        self._guard = CurveGuard(self._zctx, keys,
+                                 on_refused=lambda m: loop.call_soon_threadsafe(self._emit, "auth", m))
+        self._guard.start()
+        self._spawn_keys = ClientKeys.ephemeral(keys.public)
+        self._guard.add(self._spawn_keys.public)
+        keys.apply(self._sock)
+
     async def wait_for_workers(self, n: int, timeout: float) -> None:
         """Wait until at least ``n`` workers are alive (or the pool gave up on starting them)."""
         async def enough() -> None:
             async with self._capacity:
-                await self._capacity.wait_for(lambda: self.broken or len(self.alive_workers()) >= n)
+                await self._capacity.wait_for(
+                    lambda: self.broken or self.fatal or len(self.alive_workers()) >= n)
         await asyncio.wait_for(enough(), timeout)
 
     async def close(self) -> None:
@@ -237,6 +314,10 @@ class BrowserPool:
             if h.alive and h.identity:
                 with contextlib.suppress(zmq.ZMQError):
                     await self._sock.send_multipart([h.identity, P.encode(P.Shutdown())])
+            elif h.proc is not None and h.proc.returncode is None:
+                # Still starting (no hello yet): it cannot hear Shutdown; SIGTERM makes it kill its browser and go.
+                with contextlib.suppress(ProcessLookupError):
+                    h.proc.terminate()
         procs = [h.proc for h in self.workers.values() if h.proc and h.proc.returncode is None]
         if procs:
             _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in procs], timeout=15)
@@ -249,13 +330,17 @@ class BrowserPool:
         for t in list(self._tasks):
             t.cancel()
         for h in self.workers.values():
+            if h.proc is not None and h.proc.returncode is None:  # restarted by a supervisor as the close began
+                with contextlib.suppress(ProcessLookupError):
+                    h.proc.kill()
             self._fail_worker(h, "the pool was closed")
             if h.reader:
                 h.reader.close()
-            if h.shm_name:
-                unlink_segment(h.shm_name)
+            self._unlink_ring(h)
         self._sock.close(0)
-        self._zctx.term()
+        if self._guard is not None:
+            self._guard.stop()
+        self._zctx.destroy(linger=0)  # closes any socket still open instead of waiting on it forever
         if self._tmpdir:
             self._tmpdir.cleanup()
 
@@ -267,10 +352,12 @@ class BrowserPool:
         """Wait for a worker with room for one more episode and reserve it."""
         async with self._capacity:
             while True:
+                if self.fatal is not None:
+                    raise WorkerLost(f"the browser pool failed: {self.fatal!r}")
                 if self.broken and not self.alive_workers():
                     raise WorkerLost(f"no browser worker is available: {self.broken}")
                 candidates = [h for h in self.alive_workers()
-                              if len(h.episodes) < self.cfg.max_episodes_per_worker]
+                              if not h.draining and len(h.episodes) < self.cfg.max_episodes_per_worker]
                 if candidates:
                     h = min(candidates, key=lambda w: len(w.episodes))
                     h.episodes.add(episode_id)
@@ -284,7 +371,8 @@ class BrowserPool:
         self._spawn_task(notify())
 
     async def request(self, h: WorkerHandle, op: str, episode_id: str, args: dict[str, Any]) -> Any:
-        """Send one request to a worker and wait for its reply (through the worker's FIFO queue)."""
+        """Send one request to a worker and wait for its reply (through the worker's FIFO queue), at most
+        until the request's deadline (:meth:`deadline`): then RequestTimeout."""
         async with h.ops:
             if not h.alive:
                 raise WorkerLost(f"browser worker {h.worker_id} is gone")
@@ -295,35 +383,101 @@ class BrowserPool:
             msg = P.Request(req_id, op, episode_id, args, release)
             try:
                 await self._sock.send_multipart([h.identity, P.encode(msg)], copy=False)
-                reply: P.Reply = await fut
+                reply: P.Reply = await asyncio.wait_for(fut, self.deadline(op))
+            except TimeoutError:
+                self._request_timed_out(h, op)
+                raise RequestTimeout(f"browser worker {h.worker_id} did not answer {op!r} within "
+                                     f"{self.deadline(op):g} s") from None
             finally:
                 h.futures.pop(req_id, None)
+        h.timeouts = 0
         if reply.ok:
             return reply.body
         if reply.error_kind == P.ERR_BROWSER:
             raise WorkerLost(f"browser of worker {h.worker_id} died: {reply.error}")
         raise BrowserOpError(reply.error_kind or P.ERR_INTERNAL, reply.error or "unknown error")
 
+    def deadline(self, op: str) -> float:
+        """Seconds the engine waits for the answer to ``op``: the worker's own cap for it plus slack."""
+        w = self.cfg.worker
+        cap = w.open_timeout_s if op == "open" else w.settle_timeout_s
+        return cap + 2 * w.screenshot_timeout_s + self.cfg.request_slack_s
+
+    def _request_timed_out(self, h: WorkerHandle, op: str) -> None:
+        h.timeouts += 1
+        self._emit("timeout", f"browser worker {h.worker_id} missed the deadline of {op!r} ({h.timeouts} in a row)")
+        if h.timeouts >= self.cfg.max_timeouts:
+            self._drop_worker(h, f"browser worker {h.worker_id} missed {h.timeouts} request deadlines in a row")
+
+    def offence(self, h: WorkerHandle | None, what: str, identity: bytes | None = None,
+                public_key: bytes | None = None) -> None:
+        """Count a bad message from a peer; after ``max_offences`` the peer is banned (its key refused from
+        then on, its messages ignored) and, if it was a worker, dropped."""
+        identity = identity if identity is not None else (h.identity if h else None)
+        self.dropped_messages += 1
+        if identity is None:
+            return
+        n = self.offences[identity] = self.offences.get(identity, 0) + 1
+        name = h.worker_id if h else f"peer {identity.hex()}"
+        self._emit("protocol", f"dropped a bad message from {name} ({n}/{self.cfg.max_offences}): {what}"[:500])
+        if n < self.cfg.max_offences:
+            return
+        key = public_key if public_key is not None else (h.public_key if h else None)
+        if key is not None and self._guard is not None:
+            self._guard.ban(key)
+        if h is not None:
+            self._drop_worker(h, f"browser worker {h.worker_id} was disconnected after {n} bad messages")
+        else:
+            self._emit("protocol", f"peer {identity.hex()} is ignored from now on after {n} bad messages")
+
+    def _drop_worker(self, h: WorkerHandle, reason: str) -> None:
+        """Stop using a worker that misbehaves: its episodes fail (and may retry elsewhere); a worker this pool
+        spawned is killed (and replaced by its supervisor)."""
+        self._emit("worker_dropped", reason)
+        self._fail_worker(h, reason)
+        if h.proc is not None and h.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                h.proc.kill()
+
     # --- memory -------------------------------------------------------------------------------------
     def browser_pss_bytes(self) -> int:
         """PSS of all live workers' Chromium process trees (blocking: call from a thread)."""
-        return sum(tree_pss_bytes(h.browser_pid) for h in self.alive_workers())
+        return sum(tree_pss_bytes(h.browser_pid) for h in self.alive_workers() if h.browser_pid)
 
     # --- workers -------------------------------------------------------------------------------------
-    async def _spawn_worker(self) -> WorkerHandle:
+    async def _spawn_worker(self) -> WorkerHandle | None:
+        if self._closing:
+            return None
         wid = f"w{next(self._worker_ids)}"
-        wcfg = replace(self.cfg.worker, endpoint=self.endpoint, worker_id=wid)
+        # The ring is named after this engine, so the engine may unlink it and a later one reap it if both die.
+        wcfg = replace(self.cfg.worker, endpoint=self.endpoint, worker_id=wid, insecure=self.cfg.insecure,
+                       shm_name=self.instance.new_shm_name(wid))
         h = self._new_handle(wid)
+        assert self._tmpdir is not None
+        # --engine: the worker dies with this process (parent-death signal and a pidfd watch), kill -9 included.
+        # --tmp-dir: Playwright's profile and Chromium's temp files go below this engine's own temp directory.
+        # A session of its own (start_new_session): a signal meant for the engine's process group (Ctrl-C, a closed
+        # terminal, `timeout`) never reaches the worker, its Playwright driver or its resource tracker; the engine
+        # stops them itself, once it has closed their episodes.
+        life = ["--engine", engine_arg(self.instance), "--tmp-dir", os.path.join(self._tmpdir.name, wid)]
         stderr = open(self.cfg.log_path, "ab") if self.cfg.log_path else None  # noqa: SIM115
         try:
             h.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "browserpool.worker", "--config", wcfg.to_json(),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=stderr)
+                sys.executable, "-m", "browserpool.worker", "--config", wcfg.to_json(), *life,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
+                env=self._worker_env(), start_new_session=True)
         finally:
             if stderr:
                 stderr.close()
         self._spawn_task(self._supervise(h))
         return h
+
+    def _worker_env(self) -> dict[str, str]:
+        """The environment of a spawned worker; with CURVE it carries the pool's worker key pair."""
+        env = worker_env(drop=self.cfg.secret_env)  # without the engine's secrets (API keys, tokens, passwords)
+        if self._spawn_keys is not None:
+            env[CURVE_ENV] = self._spawn_keys.to_env()
+        return env
 
     def _new_handle(self, wid: str) -> WorkerHandle:
         h = WorkerHandle(wid, ops=asyncio.Semaphore(self.cfg.ops_per_worker),
@@ -369,55 +523,134 @@ class BrowserPool:
         if h.reader:
             h.reader.close()
             h.reader = None
-        if h.shm_name and h.proc is not None:
-            unlink_segment(h.shm_name)
+        self._unlink_ring(h)
         if was_alive:
             self._capacity_changed()
 
-    async def _recv_loop(self) -> None:
-        while True:
-            identity, payload = await self._sock.recv_multipart()
-            try:
-                msg = P.decode(payload)
-            except P.ProtocolError as exc:
-                self._emit("protocol", str(exc))
-                continue
-            h = self._by_identity.get(identity)
-            if isinstance(msg, P.Reply):
-                if h is not None:
-                    h.last_seen = time.monotonic()
-                    fut = h.futures.get(msg.req_id)
-                    if fut is not None and not fut.done():
-                        fut.set_result(msg)
-            elif isinstance(msg, P.Heartbeat):
-                if h is not None:
-                    h.last_seen = time.monotonic()
-            elif isinstance(msg, P.Hello):
-                await self._on_hello(identity, msg)
+    def _unlink_ring(self, h: WorkerHandle) -> None:
+        """Unlink a worker's ring: only a worker this pool spawned, only a name under this engine's scheme."""
+        if h.shm_name and h.proc is not None and self.instance.owns_shm(h.shm_name, h.worker_id):
+            unlink_segment(h.shm_name)
 
-    async def _on_hello(self, identity: bytes, msg: P.Hello) -> None:
+    async def _recv_loop(self) -> None:
+        """Receive every worker message. Input can never end this loop; anything else that does fails the pool
+        loudly (``fatal``): every waiting request and lease raises instead of waiting forever."""
+        try:
+            while True:
+                frames = await self._sock.recv_multipart(copy=False)
+                try:
+                    hello = self._on_message(frames)
+                    if hello is not None:
+                        await self._on_hello(*hello)
+                except Exception as exc:  # noqa: BLE001 - a message must never end the loop
+                    self.offence(self._by_identity.get(frames[0].bytes), f"its message could not be handled: "
+                                 f"{exc!r}", frames[0].bytes)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self._closing:
+                return
+            self.fatal = exc
+            self._emit("fatal", f"the worker socket's receive loop failed: {exc!r}")
+            for h in list(self.workers.values()):
+                self._fail_worker(h, f"the browser pool failed: {exc!r}")
+            self._capacity_changed()
+
+    def _on_message(self, frames: list[zmq.Frame]) -> tuple[bytes, P.Hello, bytes | None] | None:
+        """Handle one message; a Hello is returned for :meth:`_on_hello` (which needs to await)."""
+        identity = frames[0].bytes
+        if self.offences.get(identity, 0) >= self.cfg.max_offences:
+            self.dropped_messages += 1  # a banned peer: not even decoded
+            return None
+        h = self._by_identity.get(identity)
+        if len(frames) != 2:
+            self.offence(h, f"{len(frames) - 1} frames instead of 1", identity, _user_key(frames[-1]))
+            return None
+        try:
+            msg = P.decode_from_worker(frames[1].buffer)
+        except P.ProtocolError as exc:
+            self.offence(h, str(exc), identity, _user_key(frames[1]))
+            return None
+        if isinstance(msg, P.Reply):
+            if h is None:
+                self.offence(None, "a reply from a peer that never said hello", identity, _user_key(frames[1]))
+                return None
+            h.last_seen = time.monotonic()
+            fut = h.futures.get(msg.req_id)
+            if fut is not None and not fut.done():  # else: a late answer to a request that timed out
+                fut.set_result(msg)
+        elif isinstance(msg, P.Heartbeat):
+            if h is None or msg.worker_id != h.wire_id:
+                self.offence(h, "a heartbeat that names another worker", identity, _user_key(frames[1]))
+                return None
+            h.last_seen = time.monotonic()
+            if h.proc is not None and msg.browser_pid and msg.browser_pid != h.browser_pid:
+                h.browser_pid = _descendant_pid(h.proc.pid, msg.browser_pid)  # a recycled browser
+            if msg.draining != h.draining:
+                h.draining = msg.draining
+                self._capacity_changed()
+        elif isinstance(msg, P.Hello):
+            return identity, msg, _user_key(frames[1])
+        return None
+
+    async def _on_hello(self, identity: bytes, msg: P.Hello, key: bytes | None) -> None:
         if msg.protocol != P.PROTOCOL_VERSION:
             self._emit("protocol", f"worker {msg.worker_id} speaks protocol {msg.protocol}, "
                                    f"engine {P.PROTOCOL_VERSION}; ignored")
             return
+        if identity in self._by_identity:
+            self.offence(self._by_identity[identity], "a second hello on one connection", identity, key)
+            return
         h = self.workers.get(msg.worker_id)
-        if h is None or h.alive:  # a worker started by hand (or a clashing id): register it anew
+        if h is None or h.alive or not self._is_spawned_peer(h, msg, key):
+            # A worker started by hand (or a clashing or forged id): registered anew, never as one of ours.
             wid = msg.worker_id if h is None else f"{msg.worker_id}-{next(self._worker_ids)}"
             h = self._new_handle(wid)
-        h.identity, h.pid, h.browser_pid = identity, msg.pid, msg.browser_pid
-        h.shm_name, h.last_seen = msg.shm_name, time.monotonic()
-        use_shm = False
-        if msg.shm_name and self.cfg.shared_memory:
-            try:
-                h.reader = SlotReader(msg.shm_name, msg.slot_size)
-                use_shm = True
-            except (FileNotFoundError, OSError):
-                h.reader = None  # another host: frames come inline
-        await self._sock.send_multipart([identity, P.encode(P.Welcome(use_shm))])
+        h.wire_id = msg.worker_id
+        h.identity, h.pid, h.public_key, h.last_seen = identity, msg.pid, key, time.monotonic()
+        h.browser_pid = _descendant_pid(h.proc.pid, msg.browser_pid) if h.proc is not None else 0
+        h.reader, h.shm_name, h.slot_count = self._map_ring(h, msg), msg.shm_name, msg.slot_count
+        welcome = P.Welcome(h.reader is not None, self._net_settings())
+        await self._sock.send_multipart([identity, P.encode(welcome)])
         self._by_identity[identity] = h
         h.alive = True
         h.ready.set()
         self._capacity_changed()
+
+    def _net_settings(self) -> P.NetSettings:
+        """The network policy every worker's pages follow: the pool's worker configuration's, with the bundled-site
+        servers this process runs exempt."""
+        w = self.cfg.worker
+        return P.NetSettings(w.net_policy, w.allow_private_network, list(w.net_allow), list(w.net_deny),
+                             list(dict.fromkeys([*w.net_exempt, *engine_sites()])), dict(w.net_hosts))
+
+    def _is_spawned_peer(self, h: WorkerHandle, msg: P.Hello, key: bytes | None) -> bool:
+        """Whether a hello that names one of this pool's spawned workers really comes from it."""
+        if h.proc is None:
+            return False
+        if self._spawn_keys is not None:
+            return key == self._spawn_keys.public
+        return msg.pid == h.proc.pid
+
+    def _map_ring(self, h: WorkerHandle, msg: P.Hello) -> SlotReader | None:
+        """Map the worker's screenshot ring, when it names one that may be mapped; else frames come inline."""
+        name = msg.shm_name
+        if not (name and self.cfg.shared_memory and msg.slot_count and msg.slot_size):
+            return None
+        ok = self.instance.owns_shm(name, h.worker_id) if h.proc is not None else bool(SHM_NAME_RE.match(name))
+        if not ok:
+            self._emit("protocol", f"worker {h.worker_id} named shared memory {name[:80]!r} outside the engine's "
+                                   "naming scheme; its frames come inline")
+            return None
+        try:
+            reader = SlotReader(name, msg.slot_size)
+        except (OSError, ValueError):
+            return None  # another host: frames come inline
+        if reader.size < msg.slot_count * msg.slot_size:
+            reader.close()
+            self._emit("protocol", f"worker {h.worker_id}'s ring {name!r} is smaller than it claims")
+            return None
+        return reader
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -427,3 +660,22 @@ class BrowserPool:
     def _emit(self, kind: str, message: str) -> None:
         if self.on_event:
             self.on_event(kind, message)
+
+
+def _user_key(frame: zmq.Frame) -> bytes | None:
+    """The CURVE public key (z85) the peer authenticated with, from the ZAP User-Id; None without CURVE."""
+    try:
+        uid = frame.get("User-Id")
+    except zmq.ZMQError:
+        return None
+    return uid.encode() if uid else None
+
+
+def _descendant_pid(root: int, pid: int) -> int:
+    """``pid`` when it is a descendant of process ``root`` (a spawned worker's own Chromium), else 0."""
+    if pid <= 0:
+        return 0
+    try:
+        return pid if any(p.pid == root for p in psutil.Process(pid).parents()) else 0
+    except psutil.Error:
+        return 0

@@ -1,22 +1,40 @@
-"""Typed messages between the engine (ROUTER) and browser workers (DEALER), encoded with msgpack.
+"""Typed messages between the engine (ROUTER) and browser workers (DEALER): msgspec structs over msgpack.
 
-Every message travels as one msgpack array ``[tag, field1, field2, ...]``; each dataclass below lists
-its fields in wire order. Screenshots never travel here as bytes when shared memory is available: a
-reply carries a :class:`FrameRef` to a slot in the worker's ring (see ``shm.py``).
+Every message travels as one msgpack array ``[tag, field1, field2, ...]`` (msgspec's array-like tagged
+structs); each struct below lists its fields in wire order. Decoding validates every field's type and bound,
+so a peer that sends garbage, a message of another shape or values of the wrong types gets a
+:class:`ProtocolError`, never a half-built message. A reply's body stays raw until the pool knows which
+operation it answers; then it is decoded into its own type (:func:`decode_observation`).
+
+Screenshots never travel here as bytes when shared memory is available: a reply carries a :class:`FrameRef`
+to a slot in the worker's ring (see ``shm.py``).
+
+Bump ``PROTOCOL_VERSION`` whenever a field changes; a Hello of another version is refused.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-import msgpack
+import msgspec
 
-PROTOCOL_VERSION = 1
+# 2: typed structs (msgspec), Observation.events, Heartbeat.draining and browser_pid, Welcome.net.
+PROTOCOL_VERSION = 2
+
+# Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
+# message size cap (MAX_MESSAGE_BYTES) as a whole.
+WorkerId = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+ShortText = Annotated[str, msgspec.Meta(max_length=256)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+# [id, tag, text, x, y, w, h]: see Observation.elements.
+Element = Annotated[list[int | float | str], msgspec.Meta(min_length=7, max_length=7)]
+
+# The largest message either side accepts (ZeroMQ drops bigger ones before they reach Python: MAXMSGSIZE).
+# An inline JPEG of a 1280x768 viewport is ~100-400 KB; a Set-of-Marks element list a few hundred KB at most.
+MAX_MESSAGE_BYTES = 16 << 20
 
 
-@dataclass(slots=True)
-class BrowserAction:
+class BrowserAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """One browser-level operation, in CSS pixels of the viewport.
 
     kinds: click, hover, type, key, scroll, wait, go_back, navigate, select.
@@ -41,44 +59,57 @@ class BrowserAction:
     seconds: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {name: v for name in _ACTION_FIELDS if (v := getattr(self, name)) is not None}
+        """The action as a plain dict of its set fields (what a Request's args carry)."""
+        return msgspec.to_builtins(self)
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> BrowserAction:
-        return cls(**d)
+    def from_wire(cls, d: Any) -> BrowserAction:
+        """Validate a dict from the wire; raises ProtocolError when it is not an action."""
+        try:
+            return msgspec.convert(d, cls)
+        except msgspec.ValidationError as exc:
+            raise ProtocolError(f"invalid action: {exc}") from exc
 
 
-_ACTION_FIELDS = tuple(f.name for f in fields(BrowserAction))
-
-
-@dataclass(slots=True)
-class FrameRef:
+class FrameRef(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
     """Where a JPEG screenshot lies: a slot of the worker's shared-memory ring."""
 
-    slot: int
-    generation: int
-    nbytes: int
+    slot: Count
+    generation: Count
+    nbytes: Count
 
 
-@dataclass(slots=True)
-class Observation:
-    """What the worker saw after an operation."""
+class PageEvent(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Something the page did besides the action, reported with the next observation.
+
+    kinds: ``refused`` (a load the network policy or scheme check refused; ``detail`` names the rule),
+    ``popup`` (a new tab or window: adopted as the episode's page or closed), ``download`` (refused),
+    ``filechooser`` (cancelled), ``dialog`` (dismissed), ``permission`` (denied).
+    """
+
+    kind: str
+    url: str = ""
+    detail: str = ""
+
+
+class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """What the worker saw after an operation (the body of an open's or act's Reply)."""
 
     url: str
     title: str
     settled: bool
     settle: str  # quiet | busy | timeout | hung | skipped
-    width: int
-    height: int
+    width: Count
+    height: Count
     frame: FrameRef | None = None
     frame_bytes: bytes | None = None  # inline JPEG when no slot was free or shm is unavailable
-    timings_ms: dict[str, float] = field(default_factory=dict)
+    timings_ms: dict[str, float] = msgspec.field(default_factory=dict)
     point: tuple[float, float] | None = None  # where a click/type actually landed (CSS px)
     note: str | None = None  # non-fatal problem with the action (e.g. a refused URL)
     # Set-of-Marks episodes only: the visible interactive elements, [id, tag, text, x, y, w, h] each
     # (ids 1..N in document order, boxes in viewport CSS px, clipped to the viewport); the frame then
     # shows them as numbered boxes. None when the episode was not opened in SoM mode.
-    elements: list[list[Any]] | None = None
+    elements: list[Element] | None = None
     # The JSON result of the episode's probe expression (``open(..., probe_js=...)``), evaluated after the
     # settle of every observation: a page's own view of its state (e.g. MiniWoB's reward and done flag).
     # None when the episode has no probe; ``{"error": message}`` when the expression threw.
@@ -87,67 +118,72 @@ class Observation:
     # before any marks are drawn), computed by the worker so the engine's single thread need not decode
     # frames. None for an episode's first screenshot, or when the comparison failed.
     change: float | None = None
+    # What the page did besides the action since the previous observation (refused loads, popups,
+    # downloads, file choosers, dialogs); None when nothing happened.
+    events: list[PageEvent] | None = None
 
-    def to_wire(self) -> list[Any]:
-        frame = [self.frame.slot, self.frame.generation, self.frame.nbytes] if self.frame else None
-        return [self.url, self.title, self.settled, self.settle, self.width, self.height, frame,
-                self.frame_bytes, self.timings_ms, self.point, self.note, self.elements, self.probe, self.change]
-
-    @classmethod
-    def from_wire(cls, w: list[Any]) -> Observation:
-        # Older, shorter observations (11 fields: before ``elements``; 12: before ``probe``; 13: before
-        # ``change``) read as ones without those fields.
-        url, title, settled, settle, width, height, frame, frame_bytes, timings, point, note, *rest = w
-        rest += [None] * (3 - len(rest))
-        return cls(url, title, settled, settle, width, height,
-                   FrameRef(*frame) if frame else None, frame_bytes, timings,
-                   tuple(point) if point else None, note, rest[0], rest[1], rest[2])
+    def to_wire(self) -> Observation:
+        """What a Reply's body carries (the struct itself: msgspec encodes it as an array)."""
+        return self
 
 
 # --- messages -----------------------------------------------------------------------------------
 
-class Message:
-    """Base of all wire messages; subclasses set TAG and are dataclasses."""
+class Message(msgspec.Struct, array_like=True, tag_field="tag", forbid_unknown_fields=True):
+    """Base of all wire messages: an array ``[tag, fields...]``."""
 
     TAG: ClassVar[str]
 
 
-@dataclass(slots=True)
-class Hello(Message):
-    """Worker -> engine, once connected and its browser is up."""
+class Hello(Message, tag="hello"):
+    """Worker -> engine, once connected and its browser is up. ``pid``, ``hostname`` and ``browser_pid``
+    are the worker's own view of its host: the engine uses them only for workers it started itself."""
 
     TAG: ClassVar[str] = "hello"
-    worker_id: str
-    pid: int
-    hostname: str
-    browser_pid: int
-    browser_version: str
-    shm_name: str | None
-    slot_count: int
-    slot_size: int
+    worker_id: WorkerId
+    pid: Count
+    hostname: ShortText
+    browser_pid: Count
+    browser_version: ShortText
+    shm_name: ShortText | None
+    slot_count: Annotated[int, msgspec.Meta(ge=0, le=4096)]
+    slot_size: Annotated[int, msgspec.Meta(ge=0, le=MAX_MESSAGE_BYTES)]
     protocol: int = PROTOCOL_VERSION
 
 
-@dataclass(slots=True)
-class Welcome(Message):
-    """Engine -> worker: accepted; ``use_shm`` False when the engine cannot map the worker's ring."""
+class NetSettings(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """The engine's network policy for pages (see ``netpolicy.py``), sent to every worker that joins, so that
+    a worker started by hand on another host applies the same rules as the engine's own workers."""
+
+    enabled: bool
+    allow_private_network: bool
+    allow: list[str]
+    deny: list[str]
+    exempt: list[str]  # the engine's own sites, HOST:PORT
+    hosts: dict[str, str]  # name -> address(es) used instead of DNS
+
+
+class Welcome(Message, tag="welcome"):
+    """Engine -> worker: accepted; ``use_shm`` False when the engine cannot map the worker's ring; ``net``: the
+    network policy the worker's pages follow."""
 
     TAG: ClassVar[str] = "welcome"
     use_shm: bool
+    net: NetSettings | None = None
 
 
-@dataclass(slots=True)
-class Heartbeat(Message):
+class Heartbeat(Message, tag="heartbeat"):
     """Worker -> engine, periodically."""
 
     TAG: ClassVar[str] = "heartbeat"
-    worker_id: str
-    contexts: int
-    inflight: int
+    worker_id: WorkerId
+    contexts: Count
+    inflight: Count
+    draining: bool = False  # the worker wants no new episodes (e.g. it will recycle its browser when idle)
+    browser_pid: Count = 0  # the worker's current Chromium (it changes when the browser is recycled)
 
 
-@dataclass(slots=True)
-class Request(Message):
+class Request(Message, tag="req"):
     """Engine -> worker: one operation on one episode's page.
 
     ops: open (url; som: Set-of-Marks mode, setup_js, probe_js: each sent only when set), act (action),
@@ -157,55 +193,106 @@ class Request(Message):
     """
 
     TAG: ClassVar[str] = "req"
-    req_id: int
+    req_id: Count
     op: str
     episode_id: str
-    args: dict[str, Any] = field(default_factory=dict)
-    release: list[list[int]] = field(default_factory=list)
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    release: list[tuple[Count, Count]] = msgspec.field(default_factory=list)
 
 
-@dataclass(slots=True)
-class Reply(Message):
-    """Worker -> engine: the answer to one Request. ``error_kind`` names the failure class."""
+class Reply(Message, tag="rep"):
+    """Worker -> engine: the answer to one Request. ``error_kind`` names the failure class.
+
+    ``body`` is what the operation returns: an Observation for open/act, plain data for locate/evaluate.
+    Decoded messages carry it as ``msgspec.Raw`` until the pool decodes it for the op it asked for."""
 
     TAG: ClassVar[str] = "rep"
-    req_id: int
+    req_id: Count
     ok: bool
     body: Any = None
     error: str | None = None
     error_kind: str | None = None
 
 
-@dataclass(slots=True)
-class Shutdown(Message):
+class Shutdown(Message, tag="shutdown"):
     """Engine -> worker: close the browser and exit."""
 
     TAG: ClassVar[str] = "shutdown"
 
 
-_TYPES: dict[str, type] = {
+_TYPES: dict[str, type[Message]] = {
     cls.TAG: cls for cls in (Hello, Welcome, Heartbeat, Request, Reply, Shutdown)
 }
-_FIELDS: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in _TYPES.values()}
+
+
+class _RawReply(Message, tag="rep"):
+    """Reply as the engine decodes it: the body left undecoded (see decode_observation)."""
+
+    req_id: Count
+    ok: bool
+    body: msgspec.Raw = msgspec.Raw(b"\xc0")
+    error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    error_kind: ShortText | None = None
 
 
 class ProtocolError(ValueError):
-    """A message that cannot be decoded."""
+    """A message that cannot be decoded (not msgpack, unknown tag, wrong shape or field types)."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+# What each side may receive.
+_from_worker = msgspec.msgpack.Decoder(Hello | Heartbeat | _RawReply)
+_from_engine = msgspec.msgpack.Decoder(Welcome | Request | Shutdown)
+_any = msgspec.msgpack.Decoder(Hello | Welcome | Heartbeat | Request | Reply | Shutdown)
+_observation = msgspec.msgpack.Decoder(Observation)
 
 
 def encode(msg: Message) -> bytes:
     """Serialise a message to bytes."""
-    cls = type(msg)
-    return msgpack.packb([cls.TAG, *(getattr(msg, name) for name in _FIELDS[cls])], use_bin_type=True)
+    return _encoder.encode(msg)
 
 
 def decode(data: bytes | memoryview) -> Message:
-    """Parse bytes produced by :func:`encode`; raises ProtocolError on anything else."""
+    """Parse any message produced by :func:`encode`; raises ProtocolError on anything else."""
+    return _decode(_any, data)
+
+
+def decode_from_worker(data: bytes | memoryview) -> Hello | Heartbeat | Reply:
+    """What the engine accepts from a worker; a Reply's body stays raw (``msgspec.Raw``)."""
+    msg = _decode(_from_worker, data)
+    if isinstance(msg, _RawReply):
+        return Reply(msg.req_id, msg.ok, msg.body, msg.error, msg.error_kind)
+    return msg  # type: ignore[return-value]
+
+
+def decode_from_engine(data: bytes | memoryview) -> Welcome | Request | Shutdown:
+    """What a worker accepts from the engine."""
+    return _decode(_from_engine, data)  # type: ignore[return-value]
+
+
+def decode_observation(body: Any) -> Observation:
+    """An open's or act's reply body as an Observation (validated); raises ProtocolError."""
+    if isinstance(body, Observation):
+        return body
+    if isinstance(body, msgspec.Raw):
+        return _decode(_observation, body)
     try:
-        tag, *values = msgpack.unpackb(data, raw=False, use_list=True)
-        cls = _TYPES[tag]
-        return cls(*values)
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+        return msgspec.convert(body, Observation)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"invalid observation: {exc}") from exc
+
+
+def decode_body(body: Any) -> Any:
+    """A reply body of plain data (locate, evaluate) as Python objects."""
+    if isinstance(body, msgspec.Raw):
+        return _decode(msgspec.msgpack.Decoder(), body)
+    return body
+
+
+def _decode(decoder: msgspec.msgpack.Decoder, data: Any) -> Any:
+    try:
+        return decoder.decode(data)
+    except (msgspec.MsgspecError, ValueError) as exc:  # ValueError: invalid UTF-8 in a string, among others
         raise ProtocolError(f"undecodable message: {exc}") from exc
 
 

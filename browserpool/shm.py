@@ -80,11 +80,18 @@ class SlotReader:
         self.name = name
         self.slot_size = slot_size
 
+    @property
+    def size(self) -> int:
+        """The mapped segment's size in bytes."""
+        return self._shm.size
+
     def view(self, ref: FrameRef) -> memoryview:
         """A memoryview of the frame's JPEG bytes, valid until the slot is released."""
         if ref.nbytes > self.slot_size:
             raise ValueError(f"frame of {ref.nbytes} bytes exceeds slot size {self.slot_size}")
         start = ref.slot * self.slot_size
+        if start + ref.nbytes > self.size:
+            raise ValueError(f"slot {ref.slot} lies outside the segment")
         return self._shm.buf[start:start + ref.nbytes]
 
     def close(self) -> None:

@@ -10,28 +10,40 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psutil
 import zmq
 import zmq.asyncio
-from playwright.async_api import Browser, BrowserContext, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
+from browserpool import lifeline
 from browserpool import protocol as P
+from browserpool.auth import CURVE_ENV, ClientKeys, KeyFileError
 from browserpool.config import WorkerConfig
-from browserpool.page import ActionRefused, EpisodePage, PageHung
-from browserpool.page_scripts import INIT_SCRIPT
+from browserpool.instance import Instance
+from browserpool.memory import tree_pss_bytes
+from browserpool.netpolicy import ContextProxy, NetPolicy, bypass_list, engine_sites
+from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung
+from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
 from browserpool.shm import SlotRing
 
 T = TypeVar("T")
 
 EXIT_BROWSER_LOST = 3
+SIGNAL_GRACE_S = 5.0  # how long a spawned worker signalled while its engine lives waits for the engine's Shutdown
+EXIT_ENGINE_GONE = 4  # the engine that spawned this worker died (or was gone before the worker started)
+_leaving = threading.Lock()  # held by the one caller of BrowserWorker.leave
 
 
 class NoEpisode(Exception):
@@ -40,11 +52,17 @@ class NoEpisode(Exception):
 
 @dataclass
 class ContextSlot:
-    """A BrowserContext and its tab, kept between episodes (state cleared), and its use count."""
+    """A BrowserContext and its tab, kept between episodes (state cleared), and its use count; its network
+    proxy (the policy), the events its pages produce, and the popups on their way to being closed."""
 
     context: BrowserContext
     page: EpisodePage | None = None
     uses: int = 0
+    events: EventLog = field(default_factory=EventLog)
+    proxy: ContextProxy | None = None
+    creating_page: bool = False  # the worker's own new_page() is under way: that page is no popup
+    closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed
+    tainted: bool = False  # past the page cap: not reused after its episode
 
 
 @dataclass
@@ -73,23 +91,47 @@ class BrowserWorker:
         self.idle: list[ContextSlot] = []
         self.episodes: dict[str, Episode] = {}
         self.inflight = 0
+        # The network policy for pages (None: off); a bad entry fails the worker at start.
+        cfg.net_exempt = list(dict.fromkeys([*cfg.net_exempt, *engine_sites()]))  # sites served in-process
+        self.netpolicy = (NetPolicy(allow_private_network=cfg.allow_private_network, allow=cfg.net_allow,
+                                    deny=cfg.net_deny, exempt=cfg.net_exempt) if cfg.net_policy else None)
         self._zctx = zmq.asyncio.Context()
         self._sock = self._zctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
+        self.dropped_messages = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        # Memory watch: ``draining`` (reported in heartbeats) while the browser waits to be recycled.
+        self.draining = False
+        self.browser_recycles = 0
+        self.contexts_over_memory = 0  # contexts discarded after their episode for their JS heap
+        self._recycling = False
+        self._browser_ready = asyncio.Event()  # cleared while the browser is being recycled
+        self._browser_ready.set()
+        self._chromium_pid = 0  # the browser's root process, found when first sampled
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def run(self) -> int:
         cfg = self.cfg
+        keys = client_keys(cfg)
+        if keys is not None:
+            keys.apply(self._sock)
+        elif cfg.endpoint.startswith("tcp://") and not cfg.insecure:
+            raise SystemExit(f"{cfg.endpoint} is tcp: give the engine's public key and this worker's key "
+                             "(--server-key, --key), or run without authentication with --insecure")
         self._sock.connect(cfg.endpoint)
-        self.ring = SlotRing(cfg.slot_count, cfg.slot_size)
+        # A hand-started worker names its ring under the same scheme, as its own instance (a reaper can then tell
+        # whether its owner still lives).
+        self.ring = SlotRing(cfg.slot_count, cfg.slot_size,
+                             cfg.shm_name or Instance.current().new_shm_name(cfg.worker_id))
         pw = await async_playwright().start()
         try:
             self.browser = await pw.chromium.launch(
                 executable_path=cfg.chromium_path, args=cfg.chromium_flags, headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
-            await self._send(P.Hello(cfg.worker_id, os.getpid(), socket.gethostname(), _browser_pid(),
+            self._chromium_pid = _newest_chromium()
+            await self._send(P.Hello(cfg.worker_id, os.getpid(), socket.gethostname(), self._chromium_pid,
                                      self.browser.version, self.ring.name, cfg.slot_count, cfg.slot_size))
             beat = asyncio.create_task(self._heartbeat())
             await self._serve()
@@ -109,17 +151,29 @@ class BrowserWorker:
         if self.ring:
             self.ring.close()
         self._sock.close(0)
-        self._zctx.term()
+        self._zctx.destroy(linger=0)
 
     def _on_browser_lost(self) -> None:
+        if self._recycling:
+            return  # the old browser, closed on purpose (_recycle_browser)
         if not self._stop.is_set():
             self.browser_lost = True
             self._stop.set()
 
     async def _heartbeat(self) -> None:
-        while True:
-            await self._send(P.Heartbeat(self.cfg.worker_id, len(self.episodes), self.inflight))
-            await asyncio.sleep(self.cfg.heartbeat_s)
+        watch = asyncio.create_task(self._watch_browser_memory()) if self.cfg.browser_memory_mib > 0 else None
+        try:
+            while True:
+                await self._send(self._heartbeat_message())
+                self._maybe_recycle()  # a draining worker that went idle without a close (a discarded page)
+                await asyncio.sleep(self.cfg.heartbeat_s)
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    def _heartbeat_message(self) -> P.Heartbeat:
+        return P.Heartbeat(self.cfg.worker_id, len(self.episodes), self.inflight, self.draining,
+                           self._chromium_pid)
 
     async def _serve(self) -> None:
         stop = asyncio.create_task(self._stop.wait())
@@ -130,9 +184,10 @@ class BrowserWorker:
                 recv.cancel()
                 break
             try:
-                msg = P.decode(recv.result())
+                msg = P.decode_from_engine(recv.result())
             except P.ProtocolError as exc:
-                print(f"worker {self.cfg.worker_id}: {exc}", file=sys.stderr)
+                self.dropped_messages += 1
+                print(f"worker {self.cfg.worker_id}: dropped a bad message: {exc}", file=sys.stderr)
                 continue
             if isinstance(msg, P.Request):
                 self._release(msg.release)
@@ -141,11 +196,29 @@ class BrowserWorker:
                 task.add_done_callback(self._tasks.discard)
             elif isinstance(msg, P.Welcome):
                 self.use_shm = msg.use_shm
+                if msg.net is not None:
+                    self._follow_engine_policy(msg.net)
             elif isinstance(msg, P.Shutdown):
                 self._stop.set()
         if self.browser_lost and self._tasks:
             # Let in-flight requests report the crash before the process goes.
             await asyncio.wait(self._tasks, timeout=5)
+
+    def _follow_engine_policy(self, net: P.NetSettings) -> None:
+        """Take the engine's network policy (it arrives before any episode). The worker's own deny entries stay:
+        an engine can widen nothing that the worker's operator denied. Bad entries keep the worker's own policy."""
+        cfg = self.cfg
+        deny = list(dict.fromkeys([*cfg.net_deny, *net.deny]))
+        try:
+            policy = (NetPolicy(allow_private_network=net.allow_private_network, allow=net.allow, deny=deny,
+                                exempt=net.exempt) if net.enabled else None)
+        except ValueError as exc:
+            print(f"worker {cfg.worker_id}: the engine's network policy is invalid ({exc}); keeping this "
+                  "worker's own", file=sys.stderr, flush=True)
+            return
+        cfg.net_policy, cfg.allow_private_network = net.enabled, net.allow_private_network
+        cfg.net_allow, cfg.net_deny, cfg.net_exempt, cfg.net_hosts = net.allow, deny, net.exempt, net.hosts
+        self.netpolicy = policy
 
     async def _send(self, msg: P.Message) -> None:
         await self._sock.send(P.encode(msg), copy=False)
@@ -202,22 +275,30 @@ class BrowserWorker:
 
     async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
                     probe_js: str | None = None) -> list[Any]:
+        await self._browser_ready.wait()  # a browser recycle in progress: open on the new browser
         if episode_id in self.episodes:
             await self._close(episode_id)
         slot = self.idle.pop() if self.idle else await self._new_context()
         slot.uses += 1
         if slot.page is None:
+            slot.creating_page = True
             try:
-                slot.page = await EpisodePage.create(slot.context, self.cfg)
+                slot.page = await EpisodePage.create(slot.context, self.cfg, slot.events, self.netpolicy)
             except Exception:
                 await self._drop_context(slot)
                 raise
+            finally:
+                slot.creating_page = False
+        slot.events.clear()  # a previous episode's late events are not this one's
         ep = Episode(slot, som=som, probe_js=probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
             settle, timings, point = await ep.page.perform(P.BrowserAction("navigate", url=url),
                                                            self.cfg.open_timeout_s)
+            if ep.page.note is not None:
+                # The task's own start page is refused: the episode cannot run as specified.
+                raise ActionRefused(ep.page.note)
             await ep.page.forget_history()
             if setup_js is not None:
                 # The first screenshot must show the page as the setup left it (e.g. a generated task).
@@ -229,7 +310,7 @@ class BrowserWorker:
                        point: tuple[float, float] | None) -> list[Any]:
         page = ep.page
         elements: list[list[Any]] | None = None
-        note: str | None = None
+        note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
         probe: Any = None
         if ep.probe_js is not None:
             t0 = time.perf_counter()
@@ -275,28 +356,100 @@ class BrowserWorker:
         ref = self.ring.write(jpeg) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements,
-                            probe, change)
+                            probe, change, ep.slot.events.take())
         return obs.to_wire()
 
     async def _new_context(self) -> ContextSlot:
         assert self.browser is not None
-        ctx = await self.browser.new_context(
-            viewport={"width": self.cfg.viewport_width, "height": self.cfg.viewport_height},
-            device_scale_factor=1, locale="en-US", timezone_id="UTC", service_workers="block")
-        await ctx.add_init_script(INIT_SCRIPT)
-        return ContextSlot(ctx)
+        cfg = self.cfg
+        events = EventLog(cfg.max_events_per_observation)
+        proxy = None
+        extra: dict[str, Any] = {}
+        if self.netpolicy is not None:
+            # One proxy per context: every load it refuses is this context's, hence its episode's. The engine's
+            # own sites bypass it (no cost on the bundled sites); "<-loopback>" sends every other loopback
+            # load through it, too.
+            proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
+                                 cfg.net_hosts, cfg.settle_timeout_s)
+            await proxy.start()
+            extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
+        try:
+            ctx = await self.browser.new_context(
+                viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},
+                device_scale_factor=1, locale="en-US", timezone_id="UTC", service_workers="block",
+                accept_downloads=False, **extra)
+            await ctx.add_init_script(INIT_SCRIPT if proxy is None else INIT_SCRIPT + NO_WEBRTC_SCRIPT)
+        except BaseException:
+            if proxy is not None:
+                await proxy.close()
+            raise
+        slot = ContextSlot(ctx, events=events, proxy=proxy)
+        ctx.on("page", lambda page: self._on_page(slot, page))
+        if proxy is not None:
+            # However the context ends (dropped, its browser recycled or gone), its proxy stops with it.
+            ctx.on("close", lambda _ctx: asyncio.ensure_future(proxy.close()))
+        return slot
+
+    def _on_page(self, slot: ContextSlot, page: Page) -> None:
+        """A page the context opened besides the episode's tab (a popup, a new tab): closed at once. The
+        episode's tab has already taken the URL of a popup its action opened (EpisodePage); one it did not
+        announce (opened from an out-of-process frame) is recorded here."""
+        if slot.creating_page or (slot.page is not None and page is slot.page.page):
+            return
+        ep_page = slot.page
+        if ep_page is not None and ep_page.announced_popups > 0:
+            ep_page.announced_popups -= 1
+        else:
+            slot.events.add("popup", page.url, "closed")
+        if len(slot.context.pages) > self.cfg.max_pages_per_context and not slot.tainted:
+            slot.tainted = True
+            slot.events.add("popup", page.url, f"over the cap of {self.cfg.max_pages_per_context} pages: "
+                                               "the context is discarded after this episode")
+        task = asyncio.ensure_future(self._close_page(page))
+        slot.closing.add(task)
+        task.add_done_callback(slot.closing.discard)
+
+    @staticmethod
+    async def _close_page(page: Page) -> None:
+        with contextlib.suppress(TimeoutError, PlaywrightError):
+            await asyncio.wait_for(page.close(), 5)
+
+    async def _close_extra_pages(self, slot: ContextSlot) -> None:
+        """Close every page of the context but the episode's tab (popups still closing included)."""
+        keep = slot.page.page if slot.page is not None else None
+        for page in slot.context.pages:
+            if page is not keep and not page.is_closed():
+                task = asyncio.ensure_future(self._close_page(page))
+                slot.closing.add(task)
+                task.add_done_callback(slot.closing.discard)
+        if slot.closing:
+            await asyncio.wait(set(slot.closing), timeout=5)
 
     async def _close(self, episode_id: str) -> None:
         ep = self.episodes.pop(episode_id, None)
         if ep is None:
             return
-        try:
-            await asyncio.wait_for(ep.page.reset(), 5)
-            await asyncio.wait_for(ep.slot.context.clear_cookies(), 5)
-        except (TimeoutError, PlaywrightError):
+        self._recycle_after_request()
+        if await self._context_over_memory(ep):  # a heavy renderer is not reused
             await self._drop_context(ep.slot)
             return
-        if ep.slot.uses >= self.cfg.context_reuse:
+        slot = ep.slot
+        try:
+            # Nothing of this episode outlives it: its popups, its proxy connections (tunnels, sockets), the
+            # storage of every origin it loaded from (frames and popups too: the proxy saw them all).
+            await self._close_extra_pages(slot)
+            more_origins = None
+            if slot.proxy is not None:
+                slot.proxy.close_connections()
+                more_origins, slot.proxy.origins = slot.proxy.origins, set()
+            await asyncio.wait_for(ep.page.reset(more_origins), 5)
+            await asyncio.wait_for(slot.context.clear_cookies(), 5)
+        except (TimeoutError, PlaywrightError):
+            await self._drop_context(slot)
+            return
+        if slot.tainted or len(slot.context.pages) > 1:
+            await self._drop_context(slot)
+        elif ep.slot.uses >= self.cfg.context_reuse:
             await self._drop_context(ep.slot)
         else:
             self.idle.append(ep.slot)
@@ -311,6 +464,142 @@ class BrowserWorker:
     async def _drop_context(self, slot: ContextSlot) -> None:
         with contextlib.suppress(TimeoutError, PlaywrightError):
             await asyncio.wait_for(slot.context.close(), 10)
+
+    # --- memory watch ------------------------------------------------------------------------------
+    async def _context_over_memory(self, ep: Episode) -> bool:
+        """Whether the episode's page holds more heap (V8 plus Blink's) than ``context_memory_mib``: one CDP
+        round trip per episode. A renderer keeps what its pages allocated across a reset (a new document in the
+        same process), so a heavy one is discarded instead of serving the next episode."""
+        cap = self.cfg.context_memory_mib
+        if cap <= 0 or ep.slot.page is None:
+            return False
+        try:
+            usage = await asyncio.wait_for(ep.page.cdp.send("Runtime.getHeapUsage"), 2.0)
+        except (TimeoutError, PlaywrightError):
+            return False  # unknown: the reset that follows decides (a page that does not answer is dropped)
+        used = int(usage.get("usedSize", 0)) + int(usage.get("embedderHeapUsedSize", 0))
+        if used <= cap << 20:
+            return False
+        self.contexts_over_memory += 1
+        print(f"worker {self.cfg.worker_id}: a context's heap is {used / 2**20:.0f} MiB, over the "
+              f"{cap} MiB cap: discarded, not reused", file=sys.stderr, flush=True)
+        return True
+
+    def _browser_pss(self) -> int:
+        """PSS of the browser's process tree (blocking: run in a thread)."""
+        if not self._chromium_pid or not psutil.pid_exists(self._chromium_pid):
+            self._chromium_pid = _newest_chromium()
+        return tree_pss_bytes(self._chromium_pid)
+
+    async def _watch_browser_memory(self) -> None:
+        """Every ``memory_check_s``, read the browser's PSS (in a thread: ~2 ms of kernel time per process, not
+        per step); above ``browser_memory_mib`` the worker drains: it says so in its heartbeat (the pool leases
+        it no new episodes) and recycles the browser as soon as no episode is live."""
+        cap = self.cfg.browser_memory_mib << 20
+        cost = 0.0
+        while True:
+            # Reading PSS costs ~2 ms of kernel time per process: with many renderers the interval stretches
+            # so that the watch stays under ~2% of one core (as the engine's own sampler does).
+            await asyncio.sleep(max(self.cfg.memory_check_s, 50 * cost))
+            if self.draining or self.browser is None:
+                continue
+            t0 = time.perf_counter()
+            pss = await asyncio.to_thread(self._browser_pss)
+            cost = time.perf_counter() - t0
+            if pss > cap and not self.draining:
+                self.draining = True
+                print(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
+                      f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it",
+                      file=sys.stderr, flush=True)
+                with contextlib.suppress(zmq.ZMQError):
+                    await self._send(self._heartbeat_message())  # now, not at the next beat
+                self._maybe_recycle()
+
+    def _recycle_after_request(self) -> None:
+        """Once the current request (an episode's close) has been answered, recycle if draining and idle."""
+        task = asyncio.current_task()
+        if self.draining and task is not None:
+            task.add_done_callback(lambda _t: self._maybe_recycle())
+
+    def _maybe_recycle(self) -> None:
+        """Start the browser recycle if the worker is draining and nothing is live or in flight. Synchronous:
+        nothing can slip in between the check and ``_browser_ready`` being cleared (opens wait on it)."""
+        if (not self.draining or self._recycling or self.episodes or self.inflight or self.browser is None
+                or self._stop.is_set()):
+            return
+        self._recycling = True
+        self._browser_ready.clear()
+        task = asyncio.create_task(self._recycle_browser())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _recycle_browser(self) -> None:
+        """Close the browser (its idle contexts with it) and launch a new one; then take episodes again."""
+        old, self.browser = self.browser, None
+        assert old is not None
+        t0 = time.perf_counter()
+        try:
+            # Through _drop_context, so that whatever else a context holds is let go of as well.
+            idle, self.idle = self.idle, []
+            for slot in idle:
+                await self._drop_context(slot)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(old.close(), 10)
+            self.browser = await old.browser_type.launch(
+                executable_path=self.cfg.chromium_path, args=self.cfg.chromium_flags, headless=True)
+            self.browser.on("disconnected", lambda _b: self._on_browser_lost())
+            self._chromium_pid = _newest_chromium()
+            self.browser_recycles += 1
+            self.draining = False
+            print(f"worker {self.cfg.worker_id}: browser recycled in {_ms(t0):.0f} ms", file=sys.stderr, flush=True)
+            with contextlib.suppress(zmq.ZMQError):
+                await self._send(self._heartbeat_message())  # not draining any more: lease it episodes again
+        except Exception as exc:  # noqa: BLE001 - no browser: the worker exits and is replaced
+            print(f"worker {self.cfg.worker_id}: browser recycle failed: {exc}", file=sys.stderr, flush=True)
+            self._recycling = False
+            self._on_browser_lost()
+        finally:
+            self._recycling = False
+            self._browser_ready.set()
+
+    # --- dying --------------------------------------------------------------------------------------
+    def kill_browser(self) -> int:
+        """Kill this worker's Chromium (its whole process group: Playwright starts it detached) and the
+        Playwright driver now, with SIGKILL; returns how many processes were signalled. Synchronous: safe from
+        a signal handler or another thread."""
+        return lifeline.kill_descendants()
+
+    def leave(self, reason: str, code: int, tmp_dir: str | None = None) -> NoReturn:
+        """Exit at once (SIGTERM, SIGHUP, the engine's death): kill the browser and driver, unlink the frame
+        ring, remove ``tmp_dir``; no graceful close, which could wait on a dead engine. From any thread."""
+        _leaving.acquire()  # a second caller (the signal and the watch both fire) waits for the exit
+        with contextlib.suppress(Exception):
+            print(f"worker {self.cfg.worker_id}: {reason}; killing the browser and exiting", file=sys.stderr,
+                  flush=True)
+        if self.ring is not None:
+            # Unlink only: unmapping could pull the memory from under a write in progress. (The resource tracker,
+            # which would otherwise unlink it too and warn, is killed below with the other descendants.)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join("/dev/shm", self.ring.name.lstrip("/")))
+        with contextlib.suppress(Exception):
+            self.kill_browser()
+        if tmp_dir:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        os._exit(code)
+
+
+def client_keys(cfg: WorkerConfig) -> ClientKeys | None:
+    """The worker's CURVE keys: handed over by the pool that spawned it (environment, removed at once so that
+    Chromium never inherits it), or read from the key files given on the command line; None without CURVE."""
+    handed = os.environ.pop(CURVE_ENV, None)
+    if handed:
+        return ClientKeys.from_env(handed)
+    if cfg.server_key_file and cfg.key_file:
+        return ClientKeys.load(cfg.server_key_file, cfg.key_file)
+    if cfg.server_key_file or cfg.key_file:
+        raise KeyFileError("CURVE needs both --server-key (the engine's public key) and --key (this worker's "
+                           "secret key)")
+    return None
 
 
 def _ms(t0: float) -> float:
@@ -345,15 +634,71 @@ def _draw_marks(jpeg: bytes, elements: list[list[Any]], css_width: float, qualit
     return imgcodec.encode(img, quality)
 
 
-def _browser_pid() -> int:
-    """The root Chromium process started by this worker's Playwright driver (0 if not found)."""
+def _newest_chromium() -> int:
+    """The most recently started root Chromium process under this worker (after a recycle the old one may
+    still be exiting), 0 if none."""
+    best, best_start = 0, -1.0
     for proc in psutil.Process().children(recursive=True):
         try:
-            if "chrom" in proc.name() and "chrom" not in (proc.parent().name() if proc.parent() else ""):
-                return proc.pid
+            parent = proc.parent()
+            if ("chrom" in proc.name() and "chrom" not in (parent.name() if parent else "")
+                    and proc.create_time() > best_start):
+                best, best_start = proc.pid, proc.create_time()
         except psutil.Error:
             continue
-    return 0
+    return best
+
+
+async def serve(worker: BrowserWorker, engine: Instance | None = None, tmp_dir: str | None = None) -> int:
+    """Run ``worker`` until it is told to shut down or its browser dies.
+
+    ``engine``: the process that spawned this worker (None for a worker started by hand). Its death makes the
+    worker leave at once (:meth:`BrowserWorker.leave`: browser killed, ring unlinked). SIGTERM and SIGHUP (and
+    SIGINT, for a spawned worker) do the same when there is no live engine; while the engine lives they are ignored
+    if the engine ignores them, else they start a grace period for the engine's own Shutdown (the engine was most
+    likely signalled too, and closes its episodes on this worker first)."""
+    # A dead engine cannot remove its own temp directory (the one above tmp_dir): its workers do.
+    parent = os.path.dirname(tmp_dir.rstrip("/")) if tmp_dir else ""
+    engines_dir = parent if engine and os.path.basename(parent).startswith(engine.tmp_prefix()) else None
+
+    def engine_gone() -> bool:
+        # Re-parented: the parent-death signal came (the engine may still be a zombie in /proc).
+        return engine is not None and (os.getppid() != engine.pid or not engine.alive())
+
+    loop = asyncio.get_running_loop()
+    grace: list[asyncio.TimerHandle] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if engine is None or engine_gone():
+            reason = f"got {sig.name}" + (f" (the engine, pid {engine.pid}, is gone)" if engine else "")
+            worker.leave(reason, 128 + sig, engines_dir or tmp_dir)
+        if lifeline.ignores_signal(engine.pid, sig):
+            return  # sent to every process (systemd stops a whole cgroup) and the engine ignores it: so does its worker
+        if not grace:
+            # The engine lives and was most likely signalled too (systemd signals every process of its cgroup; the
+            # pool starts workers in a session of their own, so a process-group signal never gets here). Stopping,
+            # it still needs this worker to close its episodes, then shuts it down: leave on its own only if that
+            # does not come.
+            print(f"worker {worker.cfg.worker_id}: got {sig.name}; leaving in {SIGNAL_GRACE_S:g} s unless the "
+                  "engine shuts this worker down first", file=sys.stderr, flush=True)
+            grace.append(loop.call_later(SIGNAL_GRACE_S, worker.leave, f"got {sig.name}", 128 + sig, tmp_dir))
+
+    # A spawned worker takes a SIGINT sent to it the same way; one started by hand keeps Ctrl-C's graceful
+    # KeyboardInterrupt.
+    for sig in (signal.SIGTERM, signal.SIGHUP, *((signal.SIGINT,) if engine is not None else ())):
+        loop.add_signal_handler(sig, on_signal, sig)
+    if engine is not None:
+        lifeline.EngineWatch(engine, lambda: worker.leave(f"the engine (pid {engine.pid}) is gone",
+                                                          EXIT_ENGINE_GONE, engines_dir or tmp_dir)).start()
+    return await worker.run()
+
+
+def _use_tmp_dir(path: str) -> None:
+    """Make ``path`` (private to this worker, removed at exit) the temp directory of this process and of the
+    Playwright driver and Chromium it starts (their profiles and shared-memory files go there)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,19 +707,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="WorkerConfig as JSON (the pool passes this)")
     ap.add_argument("--connect", help="engine endpoint, e.g. ipc:///tmp/x or tcp://host:5555")
     ap.add_argument("--worker-id")
+    ap.add_argument("--server-key", help="the engine's public key file (CURVE, tcp)")
+    ap.add_argument("--key", help="this worker's secret key file (CURVE, tcp)")
+    ap.add_argument("--insecure", action="store_true", help="tcp without CURVE authentication")
+    ap.add_argument("--engine", help="PID:START of the engine that spawned this worker (the pool passes this): "
+                                     "the worker dies with it")
+    ap.add_argument("--tmp-dir", help="a private temporary directory for the browser, removed at exit")
     args = ap.parse_args(argv)
+    engine = lifeline.parse_engine(args.engine) if args.engine else None
+    if engine is not None and not lifeline.bind_to_parent(engine):
+        print(f"worker: the engine (pid {engine.pid}) is gone; not starting", file=sys.stderr)
+        return EXIT_ENGINE_GONE
+    if args.tmp_dir:
+        _use_tmp_dir(args.tmp_dir)
     cfg = WorkerConfig.from_json(args.config) if args.config else WorkerConfig(endpoint=args.connect or "")
     if args.connect:
         cfg.endpoint = args.connect
     if args.worker_id:
         cfg.worker_id = args.worker_id
+    cfg.server_key_file = args.server_key or cfg.server_key_file
+    cfg.key_file = args.key or cfg.key_file
+    cfg.insecure = args.insecure or cfg.insecure
     if not cfg.endpoint:
         ap.error("--connect or --config is required")
+    if cfg.shm_name is None:
+        # Started by hand: the worker is its own instance, so its ring is named after itself (the engine maps only
+        # rings under the naming scheme, and a later engine on this host reaps it if this worker is killed).
+        cfg.shm_name = Instance.current().new_shm_name(cfg.worker_id)
     try:
         import uvloop
-        return uvloop.run(BrowserWorker(cfg).run())
+        return uvloop.run(serve(BrowserWorker(cfg), engine, args.tmp_dir))
+    except KeyFileError as exc:
+        print(f"worker {cfg.worker_id}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 0
+    finally:
+        if args.tmp_dir:
+            shutil.rmtree(args.tmp_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

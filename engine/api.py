@@ -26,7 +26,7 @@ from typing import Any
 
 from browserpool.pool import BrowserPool
 from engine.judging import JudgeQueue
-from engine.rollout import Rollout, RolloutContext, RolloutSettings
+from engine.rollout import Rollout, RolloutContext
 from engine.runner import RunConfig, make_judge, new_run_dir, pool_config
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
@@ -95,8 +95,7 @@ class RolloutService:
             raise RuntimeError("start the service first")
         ctx = RolloutContext(
             pool=self._pool, policy=policy, policy_slots=self._slots, store=self._store, stats=self.stats,
-            settings=RolloutSettings(split=self.cfg.split, retry_lost=self.cfg.retry_lost,
-                                     policy_version=policy_version, reward=self.cfg.reward),
+            settings=self.cfg.rollout_settings(policy_version),
             judge=self._judge_queue)
         ids = []
         for task in tasks:

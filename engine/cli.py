@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 
 from bench.cli import bench as bench_cmd
+from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.judge import JudgeConfig
@@ -22,7 +23,9 @@ from engine.judging import rejudge
 from engine.miniwob import is_miniwob_spec, miniwob_mount
 from engine.progress import show_progress, summary_table
 from engine.rollout import REWARD_MODES
-from engine.runner import RunConfig, load_task_source, new_run_dir, run
+from engine.runlock import RunDirBusy, lock_run_dir
+from engine.runner import RunConfig, load_task_source, new_run_dir, run, server_keys
+from engine.shutdown import Terminated, until_signal
 from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError
 from engine.tasks_cli import tasks as tasks_group
 from policy.base import Policy
@@ -76,6 +79,14 @@ def main() -> None:
 @click.option("--listen", default=None, help="Bind the worker socket here (e.g. tcp://0.0.0.0:5555) "
               "so workers on other hosts can join with `webgym-engine worker --connect`.")
 @click.option("--no-spawn", is_flag=True, help="Start no local workers; wait for --workers to connect.")
+@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CURVE for sockets on tcp (--listen, --telemetry): the engine's secret key file "
+                   "(`webgym-engine keys engine`).")
+@click.option("--allow-keys", type=click.Path(exists=True), default=None,
+              help="CURVE: the public keys of the workers (and monitors) allowed to connect: a directory of "
+                   "*.key files or one file.")
+@click.option("--insecure", is_flag=True,
+              help="Allow sockets on tcp without CURVE authentication (any peer that reaches the port is trusted).")
 @click.option("--telemetry", default="ipc", show_default=True,
               help="Live telemetry for `webgym-engine monitor`: ipc (a socket in the run directory), "
                    "tcp://HOST:PORT (port * = any free one), or off.")
@@ -124,6 +135,30 @@ def main() -> None:
 @click.option("--straggler-fraction", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True)
 @click.option("--straggler-grace", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds.")
+# --- resource bounds ---
+@click.option("--episode-timeout", type=click.FloatRange(0), default=900.0, show_default=True,
+              help="Wall-clock cap (s) of one episode, retries included; past it the episode ends with an error "
+                   "record of kind episode_timeout. 0: no cap.")
+@click.option("--policy-step-timeout", type=click.FloatRange(0), default=300.0, show_default=True,
+              help="Cap (s) on one policy call, the backend's retries included; past it the episode ends with an "
+                   "error record of kind policy_timeout. 0: no cap.")
+@click.option("--context-memory-mib", type=click.IntRange(0), default=512, show_default=True,
+              help="A browser context whose page's JS heap is above this when its episode ends is discarded, not "
+                   "reused. 0: off.")
+@click.option("--browser-memory-mib", type=click.IntRange(0), default=8192, show_default=True,
+              help="A browser whose process tree (PSS) is above this is recycled between episodes. 0: off.")
+# --- the network policy for pages ---
+@click.option("--allow-private-network", is_flag=True,
+              help="Let pages load from loopback and private addresses (RFC 1918, CGNAT, fc00::/7). Cloud "
+                   "metadata and link-local addresses stay refused.")
+@click.option("--net-allow", multiple=True, metavar="ENTRY",
+              help="Let pages load from ENTRY despite the private-network block: HOST:PORT, an address, a CIDR or "
+                   "a URL pattern (http://wiki.corp/*). Repeatable.")
+@click.option("--net-deny", multiple=True, metavar="ENTRY",
+              help="Refuse page loads from ENTRY (wins over --net-allow): a host (*.example.com: its subdomains), "
+                   "HOST:PORT, an address, a CIDR or a URL pattern. Repeatable.")
+@click.option("--net-policy/--no-net-policy", default=True, show_default=True,
+              help="The network policy for pages; off, pages may load from any address the machine reaches.")
 def run_cmd(**opts: Any) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
     o = SimpleNamespace(**opts)
@@ -144,14 +179,19 @@ def run_cmd(**opts: Any) -> None:
         raise click.ClickException(str(exc)) from None
     if o.resume_dir and not Path(o.resume_dir, "episodes.jsonl").exists():
         raise click.ClickException(f"{o.resume_dir} is not a run directory (no episodes.jsonl)")
+    _check_net_policy(o.allow_private_network, o.net_allow, o.net_deny)
     try:
         cfg = RunConfig(
             tasks=o.tasks_path, policy=o.policy, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
             output_dir=o.output_dir, run_dir=o.resume_dir, episodes=o.episodes, split=o.split,
             retry_lost=o.retry_lost, seed=o.seed, listen=o.listen, spawn_workers=not o.no_spawn,
+            server_key=o.server_key, allow_keys=o.allow_keys, insecure=o.insecure,
             policy_concurrency=o.policy_concurrency,
             worker=WorkerConfig(endpoint="", chromium_path=o.chromium, jpeg_quality=o.jpeg_quality,
-                                settle_timeout_s=o.settle_timeout),
+                                settle_timeout_s=o.settle_timeout, context_memory_mib=o.context_memory_mib,
+                                browser_memory_mib=o.browser_memory_mib, net_policy=o.net_policy,
+                                allow_private_network=o.allow_private_network, net_allow=list(o.net_allow),
+                                net_deny=list(o.net_deny)),
             agent=agent, sampling=SamplingParams(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
                                                  max_tokens=o.max_tokens, seed=o.seed),
             backend=BackendConfig(model=o.model, base_url=o.base_url, api_key_env=o.api_key_env,
@@ -161,12 +201,30 @@ def run_cmd(**opts: Any) -> None:
             reward=o.reward, judge=JudgeConfig(base_url=o.judge_base_url, model=o.judge_model,
                                                concurrency=o.judge_concurrency, seed=o.seed),
             straggler_fraction=o.straggler_fraction if o.stragglers else None,
-            straggler_grace_s=o.straggler_grace, telemetry=o.telemetry)
+            straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,
+            episode_timeout_s=o.episode_timeout, policy_step_timeout_s=o.policy_step_timeout)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        server_keys(cfg)  # unreadable or world-readable key files fail here, before anything starts
+    except KeyFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    for endpoint, what in ((cfg.listen, "the worker socket"), (cfg.telemetry, "telemetry")):
+        if (endpoint or "").startswith("tcp://"):
+            if cfg.server_key is None and not cfg.insecure:
+                raise click.ClickException(f"{what} on {endpoint} is tcp: give CURVE keys (--server-key, "
+                                           "--allow-keys; see `webgym-engine keys`) or pass --insecure")
+            if cfg.server_key is None:
+                console.print(warn_insecure(endpoint, what))
     if o.tui and cfg.telemetry is None:
         raise click.ClickException("--tui needs telemetry (not --telemetry off)")
     cfg.run_dir = o.resume_dir or str(new_run_dir(o.output_dir))  # file URLs and the manifest need it now
+    try:
+        # One writer per run directory: a second `run --resume` (or a `judge`) of a live run stops here, before
+        # anything starts. Held until this process ends (the run's store takes it again, re-entrantly).
+        lock_run_dir(cfg.run_dir)
+    except RunDirBusy as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         policy = make_policy(o.policy, seed=o.seed, agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend,
                              max_in_flight=o.policy_concurrency, run_dir=str(Path(cfg.run_dir).resolve()))
@@ -179,16 +237,29 @@ def run_cmd(**opts: Any) -> None:
         sites = {} if SITES_PLACEHOLDER in Path(o.tasks_path).read_text("utf-8") else None
     try:
         coro = _run_with_progress(cfg, policy, sites, console, show=not o.tui)
-        summary = _uvloop_run(run_with_tui(coro, cfg.run_dir) if o.tui else coro)
-    except KeyboardInterrupt:
-        # Episodes in flight wrote no record: --resume runs them again.
-        console.print(f"interrupted; continue with: webgym-engine run --resume {cfg.run_dir}")
-        sys.exit(130)
+        # SIGTERM and SIGHUP are handled like Ctrl-C (engine.shutdown).
+        summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
+    except (KeyboardInterrupt, Terminated) as exc:
+        # Episodes in flight wrote no record: --resume runs them again (and removes their partial frames).
+        what = f"stopped by {exc.name}" if isinstance(exc, Terminated) else "interrupted"
+        console.print(f"{what}; episodes in flight were left for --resume; "
+                      f"continue with: webgym-engine run --resume {cfg.run_dir}")
+        sys.exit(exc.exit_code if isinstance(exc, Terminated) else 130)
     console.print(summary_table(summary, title=f"run summary: {cfg.run_dir}"))
     if o.summary_json:
         Path(o.summary_json).write_text(json.dumps(summary, indent=2))
     if summary["lost"]:
         sys.exit(2)
+
+
+def _check_net_policy(allow_private_network: bool, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
+    """A bad --net-allow / --net-deny entry fails here, before anything starts."""
+    from browserpool.netpolicy import NetPolicy
+
+    try:
+        NetPolicy(allow_private_network=allow_private_network, allow=allow, deny=deny)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 async def _run_with_progress(cfg: RunConfig, policy: Policy, sites: dict[str, Path] | None,
@@ -242,7 +313,16 @@ def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: b
         raise click.ClickException(f"{run_dir} is not a run directory (no episodes.jsonl)")
     cfg = JudgeConfig(base_url=judge_base_url, model=judge_model, concurrency=judge_concurrency,
                       cache_dir=cache_dir or str(run_dir.resolve().parent / "judge-cache"))
-    counts = _uvloop_run(rejudge(run_dir, cfg, judge_all))
+    try:
+        lock_run_dir(run_dir)  # judgements.jsonl has one writer: not while the run (or another judge) is live
+    except RunDirBusy as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        counts = _uvloop_run(until_signal(rejudge(run_dir, cfg, judge_all)))
+    except Terminated as exc:
+        # Verdicts already appended stay; the rest stay pending for the next `judge`.
+        Console(stderr=True).print(f"stopped by {exc.name}; judge the rest with: webgym-engine judge {run_dir} ...")
+        sys.exit(exc.exit_code)
     Console(stderr=True).print(f"judged {counts['judged']} episodes of {run_dir}: {counts['success']} succeeded, "
                                f"{counts['failure']} failed, {counts['pending']} still pending")
     if counts["pending"]:
@@ -253,14 +333,52 @@ def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: b
 @click.option("--connect", required=True, help="The engine's worker endpoint (tcp://HOST:PORT or ipc://PATH).")
 @click.option("--worker-id", default=None, help="Name shown in the engine (default: host-pid).")
 @click.option("--chromium", default=DEFAULT_CHROMIUM, show_default=True)
-def worker_cmd(connect: str, worker_id: str | None, chromium: str) -> None:
-    """Start a browser worker by hand (e.g. on another host) and join an engine."""
+@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CURVE: the engine's public key file (its NAME.key).")
+@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CURVE: this worker's secret key file (NAME.key_secret; its NAME.key in the engine's --allow-keys).")
+@click.option("--insecure", is_flag=True, help="Connect over tcp without CURVE authentication.")
+@click.option("--net-deny", multiple=True, metavar="ENTRY",
+              help="Refuse page loads from ENTRY on this worker, on top of the engine's network policy (which the "
+                   "worker takes from the engine when it joins). Repeatable.")
+def worker_cmd(connect: str, worker_id: str | None, chromium: str, server_key: str | None, key: str | None,
+               insecure: bool, net_deny: tuple[str, ...]) -> None:
+    """Start a browser worker by hand (e.g. on another host) and join an engine.
+
+    The worker's pages follow the engine's network policy; --net-deny can only narrow it."""
     import socket
 
-    from browserpool.worker import BrowserWorker
-    cfg = WorkerConfig(endpoint=connect, worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}",
-                       chromium_path=chromium)
-    sys.exit(_uvloop_run(BrowserWorker(cfg).run()))
+    from browserpool.worker import main as worker_main
+    args = ["--connect", connect, "--worker-id", worker_id or f"{socket.gethostname()}-{os.getpid()}"]
+    _check_net_policy(False, (), net_deny)
+    cfg = WorkerConfig(endpoint=connect, chromium_path=chromium, net_deny=list(net_deny))
+    args += ["--config", cfg.to_json()]
+    args += ["--server-key", server_key] if server_key else []
+    args += ["--key", key] if key else []
+    args += ["--insecure"] if insecure else []
+    if connect.startswith("tcp://") and not (server_key and key):
+        if not insecure:
+            raise click.ClickException("tcp needs CURVE keys: --server-key ENGINE.key --key WORKER.key_secret "
+                                       "(see `webgym-engine keys`), or --insecure")
+        Console(stderr=True).print(warn_insecure(connect, "this worker"))
+    sys.exit(worker_main(args))
+
+
+@main.command("keys")
+@click.argument("name")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default="keys", show_default=True,
+              help="Where the key files go (created with mode 0700).")
+def keys_cmd(name: str, directory: str) -> None:
+    """Create a CURVE key pair NAME.key (public) and NAME.key_secret (secret), both mode 0600.
+
+    The engine binds with its secret key (run --server-key keys/engine.key_secret) and lets in the public keys
+    of --allow-keys (copy each worker's NAME.key there); a worker connects with the engine's public key and
+    its own secret key (worker --server-key engine.key --key NAME.key_secret)."""
+    try:
+        public, secret = create_keypair(directory, name)
+    except KeyFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"public key: {public}\nsecret key: {secret} (keep it on this host)")
 
 
 @main.command("sites")

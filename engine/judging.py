@@ -90,6 +90,12 @@ class JudgeQueue:
             return await self.judge_record(task, record)
 
 
+def submit_records(queue: JudgeQueue, run_dir: str | Path, records: list[dict[str, Any]]) -> None:
+    """Queue stored records of ``run_dir`` for judging (their tasks are read back from the records)."""
+    for i, record in enumerate(records):
+        queue.submit(parse_task(record["task"], Path(run_dir) / "episodes.jsonl", f"record {i + 1}"), record)
+
+
 async def rejudge(run_dir: str | Path, cfg: JudgeConfig, everything: bool = False) -> dict[str, int]:
     """Judge the pending episodes of a run (every episode that reached its end, with ``everything``);
     verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome."""
@@ -100,8 +106,7 @@ async def rejudge(run_dir: str | Path, cfg: JudgeConfig, everything: bool = Fals
     await judge.start()
     try:
         queue = JudgeQueue(judge, store, max_episodes=cfg.concurrency)
-        for i, record in enumerate(todo):
-            queue.submit(parse_task(record["task"], Path(run_dir) / "episodes.jsonl", f"record {i + 1}"), record)
+        submit_records(queue, run_dir, todo)
         await queue.drain()
     finally:
         await judge.close()

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
+from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
+from engine.redact import mask_text, mask_url
 from engine.rewards import FactVerdict, Reward, program_reward
 from engine.stats import RunStats
 from engine.store import FORMAT_VERSION, RunStore, episode_key
@@ -97,6 +99,11 @@ class RolloutSettings:
     mode: str = "async"
     policy_version: int = 0
     reward: str = "auto"  # auto: the page's or the task's own checks, else the judge (if any) | judge | program
+    # Wall-clock cap of a whole episode (all its attempts), from its first browser lease; None: no cap.
+    episode_timeout_s: float | None = None
+    # Cap on one policy call (the backend's own retries included; the wait for a policy slot excluded).
+    policy_step_timeout_s: float | None = None
+    page_limits: PageLimits = DEFAULT_LIMITS  # caps on page texts copied into prompts and records
 
 
 @dataclass
@@ -129,6 +136,13 @@ def _page_reward(state: dict[str, Any] | None) -> Reward:
     return Reward(1.0 if passed else 0.0, "page", detail, [fact])
 
 
+def _events(obs: Observation) -> list[dict[str, str]] | None:
+    """An observation's page events as record entries (already masked and capped by ``bound_observation``)."""
+    if not obs.events:
+        return None
+    return [{"kind": e.kind, "url": e.url, "detail": e.detail} for e in obs.events]
+
+
 class _EpisodeError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -148,6 +162,8 @@ class Rollout:
         self.record: dict[str, Any] | None = None
         self.attempts = 0
         self.previous_errors: list[dict[str, str]] = []
+        self._deadline: float | None = None  # loop time at which the episode's wall-clock cap expires
+        self._masked: tuple[Task, Task] | None = None  # (task, the task as the policy sees it: URL masked)
         self._reset()
 
     def _reset(self) -> None:
@@ -156,6 +172,9 @@ class Rollout:
         self.history: list[StepView] = []
         self.current: StepView | None = None
         self.current_frame_path: str | None = None
+        self.current_truncated: list[str] = []  # what the caps cut from the current observation
+        self.page_url = ""  # the current page's real URL (records and prompts get it masked and capped)
+        self.open_events: list[dict[str, str]] | None = None  # what the start page did as it loaded
         self.system_prompt: str | None = None
         self.frames_taken = 0
         self.answer: str | None = None
@@ -188,7 +207,27 @@ class Rollout:
         return self.record
 
     async def advance(self) -> bool:
-        """Do the next phase; True once the record is written. Never raises for episode failures."""
+        """Do the next phase; True once the record is written. Never raises for episode failures.
+
+        With ``episode_timeout_s`` set, the phase runs under the episode's deadline (counted from its first
+        phase, over all attempts): past it, whatever was in flight is cancelled, the browser released and
+        the episode ends with an ``episode_timeout`` error record (never retried)."""
+        if self.record is not None:
+            return True
+        cap = self.ctx.settings.episode_timeout_s
+        if not cap:
+            return await self._advance()
+        if self._deadline is None:
+            self._deadline = asyncio.get_running_loop().time() + cap
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                return await self._advance()
+        except TimeoutError:  # only the deadline's: _advance turns every error of its own into a record
+            await self._fail("episode_timeout", f"the episode ran past its wall-clock cap of {cap:g} s "
+                                                f"({len(self.steps)} steps done)")
+            return True
+
+    async def _advance(self) -> bool:
         if self.record is not None:
             return True
         try:
@@ -228,7 +267,8 @@ class Rollout:
         obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.SCREENSHOT)
-        self._take_observation(obs, frame)
+        self._take_observation(obs, frame, self._bound(obs))
+        self.open_events = _events(obs)  # what the start page did as it loaded (refused loads, popups...)
         if isinstance(obs.probe, dict) and "error" not in obs.probe:
             self.page_state = obs.probe
             utterance = obs.probe.get("utterance")
@@ -259,6 +299,8 @@ class Rollout:
         }
         if self.current.elements is not None:
             step["elements"] = self.current.elements  # Set-of-Marks: what the numbered boxes were
+        if self.current_truncated:
+            step["truncated"] = self.current_truncated  # what the caps cut from the page the step acted on
         if reply.details is not None:
             step["parsed"] = reply.details
         if reply.messages is not None:
@@ -280,17 +322,23 @@ class Rollout:
             except BrowserOpError as exc:
                 if exc.kind != ERR_REFUSED:
                     raise
-                step["error"] = f"refused: {exc}"  # the page is unchanged; the agent may try again
+                # The page is unchanged; the agent may try again.
+                step["error"] = self._error_text(f"refused: {exc}")
                 self._repeat_observation()
             else:
+                cut = self._bound(obs)
                 timings.update(obs.timings_ms)
                 step["point"] = list(obs.point) if obs.point else None
                 step["note"] = obs.note
+                if obs.events:  # what the page did besides the action: refused loads, popups, downloads...
+                    step["events"] = _events(obs)
                 self._set(State.RUNNING, Op.SCREENSHOT)
-                changed = self._take_observation(obs, frame)
+                changed = self._take_observation(obs, frame, cut)
                 step["page_changed"] = changed
                 step["result"] = {"url": obs.url, "title": obs.title, "settle": obs.settle,
                                   "screenshot": self.current_frame_path}
+                if cut:
+                    step["result"]["truncated"] = cut
                 if obs.probe is not None:
                     step["probe"] = obs.probe
                     if isinstance(obs.probe, dict) and "error" not in obs.probe:
@@ -334,14 +382,42 @@ class Rollout:
     async def _ask_policy(self, index: int) -> PolicyReply:
         assert self.current is not None
         # The history list is shared, not copied per step: policies only read it.
-        request = PolicyRequest(self.episode_id, self.task, index, self.current, self.history,
+        request = PolicyRequest(self.episode_id, self._policy_task(), index, self.current, self.history,
                                 self.session if self.ctx.policy.wants_page_probe else None,
                                 self.ctx.settings.policy_version)
+        cap = self.ctx.settings.policy_step_timeout_s
         async with self.ctx.policy_slots:
-            return await self.ctx.policy.act(request)
+            if not cap:
+                return await self.ctx.policy.act(request)
+            # Cancelling the call frees its backend slot; a hung server costs this episode, not the run.
+            timeout = asyncio.timeout(cap)
+            try:
+                async with timeout:
+                    return await self.ctx.policy.act(request)
+            except TimeoutError:
+                if not timeout.expired():
+                    raise
+                raise _EpisodeError("policy_timeout", f"the policy gave no reply within {cap:g} s "
+                                                      f"(step {index})") from None
 
-    def _take_observation(self, obs: Observation, frame: Frame) -> bool | None:
-        """Store the screenshot as received, note whether the page changed (the worker compared), free the slot."""
+    def _policy_task(self) -> Task:
+        """The task as the policy sees it: its website's credentials masked (the prompt is recorded and goes
+        to a model server; the engine navigates with the real URL)."""
+        if self._masked is None or self._masked[0] is not self.task:
+            website = mask_url(self.task.website)
+            self._masked = (self.task, self.task if website == self.task.website
+                            else dataclasses.replace(self.task, website=website))
+        return self._masked[1]
+
+    def _bound(self, obs: Observation) -> list[str]:
+        """Cap the observation's page texts and mask its URL in place (what records, prompts and the monitor
+        get); the real URL stays in ``page_url`` for the engine's own URL checks. Returns what was cut."""
+        self.page_url = obs.url if isinstance(obs.url, str) else ""
+        return bound_observation(obs, self.ctx.settings.page_limits)
+
+    def _take_observation(self, obs: Observation, frame: Frame, truncated: list[str]) -> bool | None:
+        """Store the screenshot as received, note whether the page changed (the worker compared), free the slot.
+        ``obs`` is already bounded (:meth:`_bound`); ``truncated`` says what that cut."""
         with frame:
             if not frame.view:
                 raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
@@ -356,6 +432,7 @@ class Rollout:
             self._push_history(self.current)
         self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements)
         self.current_frame_path = path
+        self.current_truncated = truncated
         self.status.url, self.status.title, self.status.screenshot = obs.url, obs.title, path
         return changed
 
@@ -400,7 +477,7 @@ class Rollout:
             return _page_reward(getattr(self, "page_state", None))
         if not self.task.has_checks:
             return Reward(None, "none", "no programmatic checks for this task (a judge is needed)")
-        return await program_reward(self.task, self.current.url, self.answer, self.session.evaluate)
+        return await program_reward(self.task, self.page_url, self.answer, self.session.evaluate)
 
     async def _on_error(self, exc: Exception) -> None:
         if isinstance(exc, WorkerLost):
@@ -412,7 +489,7 @@ class Rollout:
         else:
             kind = "policy"
         if isinstance(exc, WorkerLost) and self.attempts <= self.ctx.settings.retry_lost:
-            self.previous_errors.append({"kind": kind, "message": str(exc)})
+            self.previous_errors.append({"kind": kind, "message": self._error_text(str(exc))})
             await self._release_browser()
             await self.ctx.policy.end_episode(self.episode_id)
             self._reset()
@@ -420,10 +497,14 @@ class Rollout:
             return
         await self._fail(kind, str(exc))
 
+    def _error_text(self, message: str) -> str:
+        """An error message as records keep it: capped, credentials in URLs masked."""
+        return cap_text(mask_text(message), self.ctx.settings.page_limits.text_chars)
+
     async def _fail(self, kind: str, message: str) -> None:
         if self.record is None:
             self.status.error = kind
-            self._write("error", error={"kind": kind, "message": message})
+            self._write("error", error={"kind": kind, "message": self._error_text(message)})
             self._set(State.FAILED)
         await self._release_browser()
 
@@ -441,7 +522,7 @@ class Rollout:
             "format_version": FORMAT_VERSION,
             "episode_id": self.episode_id,
             "sample": self.sample,
-            "task": self.task.to_dict(),
+            "task": self._policy_task().to_dict(),  # the website's credentials masked
             "policy": self.ctx.policy.name,
             "system_prompt": self.system_prompt,
             "mode": self.ctx.settings.mode,
@@ -452,9 +533,12 @@ class Rollout:
             "error": error,
             "attempts": self.attempts,
             "previous_errors": self.previous_errors,
+            **({"open_events": self.open_events} if self.open_events else {}),
             "steps": self.steps,
             "final": ({"url": cur.url, "title": cur.title, "settled": cur.settled,
-                       "screenshot": self.current_frame_path} if cur else None),
+                       "screenshot": self.current_frame_path,
+                       **({"truncated": self.current_truncated} if self.current_truncated else {})}
+                      if cur else None),
             "started_at": self.started_at,
             "duration_s": round(time.monotonic() - self.t0, 3),
             "timings_ms": self.timings,

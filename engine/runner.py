@@ -17,15 +17,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from browserpool.auth import KeyFileError, ServerKeys
 from browserpool.config import WorkerConfig
-from browserpool.pool import BrowserPool, PoolConfig
+from browserpool.pool import BrowserPool, PoolConfig, PoolError
 from engine.agent.prompts import AgentConfig
+from engine.bounds import PageLimits
 from engine.judge import JudgeConfig, RubricJudge
-from engine.judging import JudgeQueue
+from engine.judging import JudgeQueue, submit_records
 from engine.miniwob import is_miniwob_spec, load_miniwob_tasks
 from engine.rollout import REWARD_MODES, EpisodeStatus, Rollout, RolloutContext, RolloutSettings
 from engine.stats import RunStats
-from engine.store import RunStore, episode_key, finished_keys
+from engine.store import RunStore, episode_key, finished_keys, read_records
 from engine.tasks import BUNDLED_TASKS, Task, load_tasks
 from engine.telemetry import TelemetryPublisher, resolve_endpoint
 from policy.base import Policy
@@ -52,6 +54,11 @@ class RunConfig:
     ops_per_worker: int = 16
     listen: str | None = None
     spawn_workers: bool = True
+    # CURVE for sockets on tcp (the worker socket, telemetry): the engine's secret key file and the allowed
+    # client keys (a directory of *.key files or one file); ``insecure``: tcp without authentication.
+    server_key: str | None = None
+    allow_keys: str | None = None
+    insecure: bool = False
     worker: WorkerConfig = field(default_factory=lambda: WorkerConfig(endpoint=""))
     memory_sample_s: float = 5.0
     agent: AgentConfig = field(default_factory=AgentConfig)  # the model backends' agent protocol
@@ -66,8 +73,29 @@ class RunConfig:
     # Live telemetry for `webgym-engine monitor`: "ipc" (a socket in the run directory), "tcp://HOST:PORT"
     # (port may be *), or None (off). Costs nothing measurable with no monitor attached.
     telemetry: str | None = "ipc"
+    # Resource bounds. An episode that runs past episode_timeout_s (wall clock, from its first browser lease,
+    # retries included) ends with an error record of kind episode_timeout; one policy call (its backend's
+    # retries included) that takes longer than policy_step_timeout_s ends its episode with kind
+    # policy_timeout. None: no cap. page_limits: caps on page texts copied into prompts and records.
+    # Why an error record and not a recorded `wait`: a wait the model never chose (no reply, no tokens) would
+    # enter training data as the model's own action, and a server that hung once mostly hangs again; an error
+    # record keeps the trajectory honest, is left out of training like any error, and --resume can rerun it.
+    episode_timeout_s: float | None = 900.0
+    policy_step_timeout_s: float | None = 300.0
+    page_limits: PageLimits = field(default_factory=PageLimits)
+
+    def rollout_settings(self, policy_version: int = 0) -> RolloutSettings:
+        """The per-rollout settings of this run (every client of the core uses these)."""
+        return RolloutSettings(split=self.split, retry_lost=self.retry_lost, mode=self.mode,
+                               policy_version=policy_version, reward=self.reward,
+                               episode_timeout_s=self.episode_timeout_s,
+                               policy_step_timeout_s=self.policy_step_timeout_s, page_limits=self.page_limits)
 
     def __post_init__(self) -> None:
+        for name in ("episode_timeout_s", "policy_step_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                setattr(self, name, None)  # 0 (the CLI's "off") or less: no cap
         if self.mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', not {self.mode!r}")
         if self.reward not in REWARD_MODES:
@@ -105,7 +133,7 @@ class Engine:
         self.ctx = RolloutContext(
             pool=pool, policy=policy, policy_slots=asyncio.Semaphore(cfg.policy_concurrency),
             store=store, stats=self.stats,
-            settings=RolloutSettings(split=cfg.split, retry_lost=cfg.retry_lost, mode=cfg.mode, reward=cfg.reward),
+            settings=cfg.rollout_settings(),
             on_status=on_status, judge=self.judge_queue)
 
     async def run(self, plan: list[tuple[Task, int]]) -> RunStats:
@@ -126,6 +154,9 @@ class Engine:
                 await sampler
             self.stats.worker_restarts = self.ctx.pool.restarts
             self.stats.finished_at = time.monotonic()
+        if self.ctx.pool.fatal is not None:
+            # Every episode has its (error) record by now; the run itself must not look like it went well.
+            raise PoolError(f"the browser pool failed: {self.ctx.pool.fatal!r}") from self.ctx.pool.fatal
         return self.stats
 
     async def _run_async(self, rollouts: list[Rollout]) -> None:
@@ -208,11 +239,22 @@ def new_run_dir(output_dir: str) -> Path:
     return path
 
 
+def server_keys(cfg: RunConfig) -> ServerKeys | None:
+    """The engine's CURVE keys for its tcp sockets, or None when none were given."""
+    if cfg.server_key is None:
+        if cfg.allow_keys is not None:
+            raise KeyFileError("--allow-keys needs --server-key (the engine's own secret key)")
+        return None
+    return ServerKeys.load(cfg.server_key, cfg.allow_keys)
+
+
 def pool_config(cfg: RunConfig, log_path: str | None) -> PoolConfig:
     per_worker = -(-cfg.concurrency // cfg.workers)
     return PoolConfig(workers=cfg.workers, worker=cfg.worker, listen=cfg.listen, spawn=cfg.spawn_workers,
                       max_episodes_per_worker=max(2 * per_worker, per_worker + 4),
-                      ops_per_worker=cfg.ops_per_worker, log_path=log_path)
+                      ops_per_worker=cfg.ops_per_worker, log_path=log_path,
+                      server_keys=server_keys(cfg), insecure=cfg.insecure,
+                      secret_env=(cfg.backend.api_key_env, cfg.judge.api_key_env))
 
 
 async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
@@ -222,13 +264,24 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
     tasks = load_task_source(cfg.tasks, base_url)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.output_dir)
     cfg.run_dir = str(run_dir)
-    store = RunStore(run_dir)
-    done = finished_keys(run_dir)
-    plan = plan_episodes(tasks, cfg.episodes, done)
-    store.write_manifest({**asdict(cfg), "policy_info": policy.describe(), "sites_base_url": base_url,
-                          "resumed_with": len(done)})
-    pool = BrowserPool(pool_config(cfg, str(run_dir / "workers.log")))
-    judge = make_judge(cfg)
+    store = RunStore(run_dir)  # takes the run directory's writer lock (RunDirBusy if another process has it)
+    try:
+        records = read_records(run_dir)
+        done = finished_keys(run_dir, records)
+        # Resuming: frames of attempts that never got a record (the run was killed or interrupted mid-episode) go,
+        # so an episode's rerun never mixes its screenshots with a dead attempt's.
+        stale_frames = store.remove_unrecorded_frames(records)
+        plan = plan_episodes(tasks, cfg.episodes, done)
+        store.write_manifest({**asdict(cfg), "policy_info": policy.describe(), "sites_base_url": base_url,
+                              "resumed_with": len(done), "removed_stale_frames": len(stale_frames)})
+        pool = BrowserPool(pool_config(cfg, str(run_dir / "workers.log")))
+        judge = make_judge(cfg)
+    except BaseException:
+        store.close()
+        raise
+    # Resuming with a judge: records still waiting for a verdict (the judge failed, or the run ended first).
+    pending = [r for r in records if r.get("status") == "judge_pending"] if judge is not None else []
+    rejudging: JudgeQueue | None = None
     telemetry: TelemetryPublisher | None = None
     try:
         telemetry = _make_telemetry(cfg, run_dir, plan)  # first: a monitor can attach while the pool starts
@@ -243,7 +296,12 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None,
             telemetry.attach(engine)
         if on_start:
             on_start(engine, run_dir)
+        if pending and judge is not None:
+            rejudging = JudgeQueue(judge, store, max_episodes=cfg.judge.concurrency)
+            submit_records(rejudging, run_dir, pending)
         stats = await engine.run(plan)
+        if rejudging is not None:
+            await rejudging.drain()
     finally:
         if telemetry is not None:
             await telemetry.close()
@@ -259,7 +317,8 @@ def _make_telemetry(cfg: RunConfig, run_dir: Path, plan: list[tuple[Task, int]])
     """The telemetry publisher (bound and ticking, its endpoint in RUN_DIR/telemetry.json), or None when off."""
     if not cfg.telemetry:
         return None
-    telemetry = TelemetryPublisher(resolve_endpoint(cfg.telemetry, run_dir), run_dir)
+    telemetry = TelemetryPublisher(resolve_endpoint(cfg.telemetry, run_dir), run_dir,
+                                   server_keys=server_keys(cfg), insecure=cfg.insecure)
     telemetry.add_episodes((episode_key(t.task_id, s), t.task_id) for t, s in plan)
     telemetry.start()
     return telemetry

@@ -21,12 +21,15 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import engine
+from engine.redact import mask_text, redact_tree
+from engine.runlock import lock_run_dir
 
 FORMAT_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -59,19 +62,27 @@ class RunStore:
         self.episodes_path = self.dir / "episodes.jsonl"
         self.frames_dir.mkdir(parents=True, exist_ok=True)
         self.judgements_path = self.dir / "judgements.jsonl"
+        # One writer per run directory (RunDirBusy otherwise), taken before the torn-tail repair below: cutting a
+        # line another writer is appending would lose its record.
+        self._lock = lock_run_dir(self.dir)
         _repair_tail(self.episodes_path)
         self._judgements_fd: int | None = None
         self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write_manifest(self, config: dict[str, Any]) -> None:
-        """Write manifest.json atomically (temp file + rename); keeps the first start time on resume."""
+        """Write manifest.json atomically (temp file + rename); keeps the first start time on resume.
+
+        Credentials are masked first (:func:`engine.redact.redact_tree`): userinfo and secret-named query
+        parameters of every URL in it (base URLs, the judge's, the task websites...), and the values of
+        secret-named keys."""
         path = self.dir / "manifest.json"
         started = time.time()
         if path.exists():
             with contextlib.suppress(OSError, ValueError):
                 started = json.loads(path.read_text()).get("started_at", started)
         manifest = {"format_version": FORMAT_VERSION, "code_version": code_version(),
-                    "started_at": started, "updated_at": time.time(), "config": config}
+                    "started_at": started, "updated_at": time.time(),
+                    "config": redact_tree(json.loads(json.dumps(config, default=str)))}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(manifest, indent=2, default=str))
         os.replace(tmp, path)
@@ -100,7 +111,10 @@ class RunStore:
         _append_line(self._fd, self.episodes_path, record)
 
     def append_judgement(self, judgement: dict[str, Any]) -> None:
-        """Append one judge verdict (``episode_id``, ``status``, ``reward``, ``error``, ``judged_at``)."""
+        """Append one judge verdict (``episode_id``, ``status``, ``reward``, ``error``, ``judged_at``); an error
+        message (which may quote the judge's URL) has its credentials masked."""
+        if isinstance(judgement.get("error"), str):
+            judgement = {**judgement, "error": mask_text(judgement["error"])}
         if self._judgements_fd is None:
             _repair_tail(self.judgements_path)
             self._judgements_fd = os.open(self.judgements_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -110,6 +124,20 @@ class RunStore:
         os.close(self._fd)
         if self._judgements_fd is not None:
             os.close(self._judgements_fd)
+        self._lock.release()
+
+    def remove_unrecorded_frames(self, records: list[dict[str, Any]]) -> list[str]:
+        """Remove ``frames/<episode>/`` of every episode without a record (an attempt a killed or interrupted run
+        left behind), so that the episode's rerun starts from an empty directory; returns the names removed.
+        ``records``: the run's records (:func:`read_records`). Only for the run directory's writer."""
+        keep = {_SAFE.sub("_", r["episode_id"]) for r in records if isinstance(r.get("episode_id"), str)}
+        removed = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.frames_dir):
+                if entry.name not in keep and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    removed.append(entry.name)
+        return removed
 
 
 def _append_line(fd: int, path: Path, obj: dict[str, Any]) -> None:
@@ -171,6 +199,7 @@ def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
             for r in records]
 
 
-def finished_keys(run_dir: str | Path) -> set[str]:
-    """Episodes that already have a record (what ``--resume`` skips)."""
-    return {episode_key(r["task"]["task_id"], r.get("sample", 0)) for r in read_records(run_dir)}
+def finished_keys(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> set[str]:
+    """Episodes that already have a record (what ``--resume`` skips); ``records``: the run's records, if read."""
+    return {episode_key(r["task"]["task_id"], r.get("sample", 0))
+            for r in (read_records(run_dir) if records is None else records)}

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import zmq
 
+from browserpool.auth import CurveGuard, KeyFileError, ServerKeys
 from engine.rollout import EpisodeStatus
 from engine.stats import RunStats
 
@@ -89,7 +90,8 @@ class TelemetryPublisher:
 
     def __init__(self, endpoint: str | None, run_dir: str | Path | None = None, *, hz: float = 10.0,
                  agg_hz: float = 2.0, snapshot_s: float = 2.0, hwm: int = 100, pss_interval_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 server_keys: ServerKeys | None = None, insecure: bool = False) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_name = self.run_dir.name if self.run_dir is not None else ""
         self.hz, self.agg_hz, self.snapshot_s = min(hz, 10.0), min(agg_hz, hz), snapshot_s
@@ -125,13 +127,23 @@ class TelemetryPublisher:
         self._sock: zmq.Socket[Any] | None = None
         self._task: asyncio.Task[None] | None = None
         self._pss_task: asyncio.Task[None] | None = None
+        self._guard: CurveGuard | None = None
         if endpoint is not None:
-            self._bind(endpoint, hwm)
+            self._bind(endpoint, hwm, server_keys, insecure)
 
     # --- wiring -------------------------------------------------------------------------------------
-    def _bind(self, endpoint: str, hwm: int) -> None:
+    def _bind(self, endpoint: str, hwm: int, keys: ServerKeys | None, insecure: bool) -> None:
+        if keys is None and endpoint.startswith("tcp://") and not insecure:
+            raise KeyFileError(f"telemetry on {endpoint} is tcp: give the engine CURVE keys (--server-key, "
+                               "--allow-keys) or accept any subscriber with --insecure")
         self._ctx = zmq.Context(io_threads=1)
         sock = self._ctx.socket(zmq.XPUB)
+        sock.setsockopt(zmq.MAXMSGSIZE, 4096)  # a subscriber only ever sends (un)subscriptions
+        if keys is not None:
+            # The same keys as the worker socket: a monitor connects like a worker does (--server-key, --key).
+            self._guard = CurveGuard(self._ctx, keys)
+            self._guard.start()
+            keys.apply(sock)
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.LINGER, 500)  # the final snapshot still reaches an attached monitor at close
         sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # every new subscriber is heard: it gets a full snapshot
@@ -419,6 +431,9 @@ class TelemetryPublisher:
         self._sock = self._ctx = None
         sock.close()
         assert ctx is not None
+        if self._guard is not None:
+            self._guard.stop()  # its ZAP socket would keep the context from terminating
+            self._guard = None
         await asyncio.to_thread(ctx.term)  # waits up to LINGER for the last messages, off the loop
         if self.endpoint and self.endpoint.startswith("ipc://"):
             with contextlib.suppress(OSError):

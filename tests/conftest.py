@@ -7,10 +7,12 @@ which is a uvloop loop, as in the engine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,10 @@ import pytest
 import pytest_asyncio
 import uvloop
 
+from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, BrowserSession, Frame, PoolConfig
 from browserpool.protocol import Observation
+from browserpool.worker import BrowserWorker
 from engine.sites.server import SiteServer
 from engine.tasks import BUNDLED_TASKS
 
@@ -34,7 +38,9 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"uvloop": uvloop.new_event_loop}
 
 
-@pytest.fixture(scope="session")
+# autouse: started before any pool, so that the workers every test starts count it among the engine's own sites
+# (exempt from the network policy: browserpool.netpolicy.register_engine_site).
+@pytest.fixture(scope="session", autouse=True)
 def site_server() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT``) of a SiteServer that serves tests/fixtures under /fixtures."""
     with SiteServer(mounts={"/fixtures": FIXTURES_DIR}) as server:
@@ -64,6 +70,35 @@ async def started_pool(cfg: PoolConfig) -> AsyncIterator[BrowserPool]:
         yield pool
     finally:
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def inproc_pool(endpoint: str, cfg: WorkerConfig) -> AsyncIterator[tuple[BrowserWorker, BrowserPool]]:
+    """(worker, pool): a BrowserWorker with ``cfg`` running in this event loop (so that a test can see its
+    contexts, proxies and counters), serving a pool that waits for it on ``endpoint``."""
+    if not Path(cfg.chromium_path).exists():
+        pytest.fail(f"Chromium not found at {cfg.chromium_path} (make test installs it)")
+    cfg.endpoint = endpoint
+    worker = BrowserWorker(cfg)
+    task = asyncio.create_task(worker.run())
+    # The pool's worker configuration is the worker's own: the engine's network policy, which the worker takes
+    # from the pool when it joins, is then the one the test configured.
+    pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen=endpoint, start_timeout_s=60, worker=cfg))
+    try:
+        await pool.start()
+        (handle,) = pool.alive_workers()
+        if handle.reader is not None:
+            # Worker and reader share this process: give the owner back its resource-tracker entry,
+            # which the reader dropped (right when the owner is another process).
+            resource_tracker.register(handle.reader._shm._name, "shared_memory")
+        yield worker, pool
+    finally:
+        await pool.close()  # tells the worker to shut down, but does not wait for a hand-started one
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 20)
+        except TimeoutError:
+            worker._stop.set()
+            await task
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

@@ -6,20 +6,17 @@ can see which BrowserContext served each episode.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
-from multiprocessing import resource_tracker
-from pathlib import Path
 
 import psutil
 import pytest
 import pytest_asyncio
 
-from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
-from browserpool.pool import BrowserPool, BrowserSession, PoolConfig
+from browserpool.config import WorkerConfig
+from browserpool.pool import BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction
 from browserpool.worker import BrowserWorker
-from tests.conftest import open_session
+from tests.conftest import inproc_pool, open_session
 
 EMPTY = {"local": 0, "session": 0, "cookie": ""}
 
@@ -28,27 +25,9 @@ EMPTY = {"local": 0, "session": 0, "cookie": ""}
 async def inproc(tmp_path_factory: pytest.TempPathFactory
                  ) -> AsyncIterator[tuple[BrowserWorker, BrowserPool]]:
     """(worker, pool): one BrowserWorker running in this event loop, serving a pool."""
-    if not Path(DEFAULT_CHROMIUM).exists():
-        pytest.skip(f"Chromium not found at {DEFAULT_CHROMIUM}")
-    endpoint = f"ipc://{tmp_path_factory.mktemp('ipc')}/pool.sock"
-    worker = BrowserWorker(WorkerConfig(endpoint=endpoint, worker_id="inproc"))
-    task = asyncio.create_task(worker.run())
-    pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen=endpoint, start_timeout_s=60))
-    try:
-        await pool.start()
-        (handle,) = pool.alive_workers()
-        if handle.reader is not None:
-            # Worker and reader share this process: give the owner back its resource-tracker entry,
-            # which the reader dropped (right when the owner is another process).
-            resource_tracker.register(handle.reader._shm._name, "shared_memory")
-        yield worker, pool
-    finally:
-        await pool.close()  # tells the worker to shut down, but does not wait for a hand-started one
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 20)
-        except TimeoutError:
-            worker._stop.set()
-            await task
+    cfg = WorkerConfig(endpoint="", worker_id="inproc")
+    async with inproc_pool(f"ipc://{tmp_path_factory.mktemp('ipc')}/pool.sock", cfg) as wp:
+        yield wp
 
 
 def context_of(worker: BrowserWorker, session: BrowserSession):

@@ -59,10 +59,13 @@ async def test_tiny_hf_model_in_coordinate_mode(tmp_path: Path, sites: str, tiny
                     sampling=SamplingParams(max_tokens=12, seed=0),
                     backend=BackendConfig(model=str(tiny_qwen3), device="cpu", max_batch=4))
     policy = make_policy("hf", agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend)
+    model = policy.model  # type: ignore[attr-defined]
+    # A first request waits up to 5 ms for company by default: on a loaded 2-core machine the rollouts' requests
+    # may never coincide that closely. A longer wait makes the batching this test is about certain to happen.
+    model.batch_wait_ms = 250.0
     stats, run_dir = await run(cfg, policy, sites)
     check_model_records(run_dir, n)
     assert stats.summary()["lost"] == 0
-    model = policy.model  # type: ignore[attr-defined]
     assert model.requests_batched == stats.steps and max(model.batch_sizes) > 1  # rollouts shared generate calls
 
 

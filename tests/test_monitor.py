@@ -145,7 +145,7 @@ def test_endpoints(tmp_path: Path) -> None:
 
 
 async def test_publisher_without_subscriber_builds_nothing_and_never_blocks(tmp_path: Path) -> None:
-    pub = TelemetryPublisher("tcp://127.0.0.1:*", tmp_path, hwm=2)
+    pub = TelemetryPublisher("tcp://127.0.0.1:*", tmp_path, hwm=2, insecure=True)
     info = json.loads((tmp_path / ENDPOINT_FILE).read_text())
     assert info["endpoint"].startswith("tcp://127.0.0.1:") and info["pid"] > 0
     pub.add_episodes([(f"e{i}#0", f"e{i}") for i in range(50)])
@@ -342,7 +342,7 @@ async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: s
 async def test_detach_and_reattach_to_a_running_engine(tmp_path: Path, sites: str) -> None:
     tasks = subset(tmp_path, per_site=3, max_len=12)
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1,
-                    telemetry="tcp://127.0.0.1:*")
+                    telemetry="tcp://127.0.0.1:*", insecure=True)
     engine = asyncio.ensure_future(run(cfg, make_policy("scripted"), sites))
     ctx = zmq.asyncio.Context()
     try:

@@ -1,10 +1,10 @@
-"""The engine <-> worker wire protocol: every message round-trips, and bad bytes are rejected."""
+"""The engine <-> worker wire protocol: every message round-trips, and bad bytes, wrong shapes and wrong
+types are rejected with ProtocolError (the typed decoders are the engine's first line against a hostile peer)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import msgpack
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,13 +39,13 @@ MESSAGES: list[P.Message] = [
     P.Heartbeat("w0", 3, 2),
     P.Request(1, "open", "ep-1", {"url": "http://127.0.0.1:8000/"}),
     P.Request(2, "act", "ep-1", {"action": P.BrowserAction("click", x=10.5, y=20.0).to_wire()},
-              [[0, 1], [5, 9]]),
+              [(0, 1), (5, 9)]),
     P.Request(3, "evaluate", "ep-1", {"exprs": ["document.title", "1 + 1"]}),
     P.Request(4, "close", "ep-1"),
     P.Request(5, "open", "ep-2", {"url": "http://127.0.0.1:8000/m.html", "setup_js": "core.startEpisodeReal();",
                                   "probe_js": "WOB_DONE_GLOBAL"}),
-    P.Reply(6, True, OBS_PROBE.to_wire()),
-    P.Reply(2, True, OBS_INLINE.to_wire()),  # (tuples come back as lists: see the Observation test)
+    P.Reply(6, True, msgspec.to_builtins(OBS_PROBE)),
+    P.Reply(2, True, msgspec.to_builtins(OBS_INLINE)),  # (tuples come back as lists: see the Observation test)
     P.Reply(3, True, ["click", 2, None, {"nested": [1, 2.5, "x"]}]),
     P.Reply(4, False, None, "navigation to file: URL refused", P.ERR_REFUSED),
     P.Reply(5, False, None, "page hung", P.ERR_HUNG),
@@ -68,8 +68,64 @@ def test_every_message_type_is_covered() -> None:
     assert len(set(P._TYPES)) == len(P._TYPES.values())  # tags are unique
 
 
+@pytest.mark.parametrize("msg", [m for m in MESSAGES if isinstance(m, P.Hello | P.Heartbeat | P.Reply)],
+                         ids=lambda m: m.TAG)
+def test_the_engine_decodes_what_workers_send_with_raw_bodies(msg: P.Message) -> None:
+    back = P.decode_from_worker(P.encode(msg))
+    assert type(back) is type(msg)
+    if isinstance(msg, P.Reply):
+        assert isinstance(back.body, msgspec.Raw)
+        assert P.decode_body(back.body) == msg.body
+    else:
+        assert back == msg
+
+
+@pytest.mark.parametrize("msg", [P.Welcome(True), P.Request(1, "open", "e", {"url": "x"}), P.Shutdown()],
+                         ids=lambda m: m.TAG)
+def test_each_side_refuses_the_other_sides_messages(msg: P.Message) -> None:
+    assert P.decode_from_engine(P.encode(msg)) == msg
+    with pytest.raises(P.ProtocolError):
+        P.decode_from_worker(P.encode(msg))  # a worker can never pose as the engine
+    with pytest.raises(P.ProtocolError):
+        P.decode_from_engine(P.encode(P.Heartbeat("w0", 1, 1)))
+
+
+@pytest.mark.parametrize("wire", [
+    ["hello", "a/b", 1, "h", 2, "v", None, 1, 1],  # a worker id with a path separator
+    ["hello", "", 1, "h", 2, "v", None, 1, 1],  # an empty worker id
+    ["hello", "w0", "1", "h", 2, "v", None, 1, 1],  # pid as a string
+    ["hello", "w0", -5, "h", 2, "v", None, 1, 1],  # a negative pid
+    ["hello", "w0", 1, "h", 2, "v", "wg-x", 1, 2**40],  # a slot size beyond the message cap
+    ["hello", "w0", 1, "h" * 300, 2, "v", None, 1, 1],  # an oversized host name
+    ["heartbeat", "w0", "many", 0],
+    ["rep", "1", True, None, None, None],  # req_id as a string
+    ["rep", 1, "yes", None, None, None],
+    ["rep", 1, False, None, 42, None],  # error as a number
+    ["rep", 1, False, None, "x" * 5000, None],  # an oversized error text
+], ids=lambda w: f"{w[0]}-{str(w[1])[:8]}")
+def test_wrongly_typed_fields_from_a_worker_are_refused(wire: list) -> None:
+    with pytest.raises(P.ProtocolError):
+        P.decode_from_worker(msgpack.packb(wire, use_bin_type=True))
+
+
+@pytest.mark.parametrize("body", [
+    ["u", "t", True, "quiet", 1280],  # too short
+    ["u", "t", True, "quiet", 1280, 768, [1, 2]],  # a frame reference of two numbers
+    ["u", "t", True, "quiet", 1280, 768, [-1, 2, 3]],  # a negative slot
+    ["u", "t", True, "quiet", 1280, 768, None, "not bytes"],
+    ["u", "t", True, "quiet", 1280, 768, None, None, {"a": "slow"}],  # a timing that is not a number
+    ["u", "t", True, "quiet", 1280, 768, None, None, {}, None, None, [[1, "a"]]],  # an element of two fields
+    ["u", "t", True, "quiet", 1280, 768, None, None, {}, None, None, None, None, None, [["refused", 5]]],
+    {"url": "u"},
+], ids=lambda b: str(b)[-24:])
+def test_malformed_observations_are_refused(body: object) -> None:
+    raw = P.decode_from_worker(P.encode(P.Reply(1, True, body))).body
+    with pytest.raises(P.ProtocolError):
+        P.decode_observation(raw)
+
+
 def test_wire_form_is_tag_then_fields_in_order() -> None:
-    msg = P.Request(9, "locate", "ep-2", {"selector": "#btn"}, [[1, 1]])
+    msg = P.Request(9, "locate", "ep-2", {"selector": "#btn"}, [(1, 1)])
     wire = msgpack.unpackb(P.encode(msg), raw=False)
     assert wire == ["req", 9, "locate", "ep-2", {"selector": "#btn"}, [[1, 1]]]
     assert msgpack.unpackb(P.encode(P.Shutdown()), raw=False) == ["shutdown"]
@@ -81,11 +137,21 @@ def test_hello_defaults_to_current_protocol_version() -> None:
     assert hello.protocol == P.PROTOCOL_VERSION
 
 
-@pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE, OBS_SOM, OBS_PROBE], ids=["shm", "inline", "som", "probe"])
+OBS_EVENTS = P.Observation(
+    url="http://127.0.0.1:8000/", title="t", settled=True, settle="quiet", width=1280, height=768,
+    events=[P.PageEvent("refused", "http://169.254.169.254/", "link-local"), P.PageEvent("popup", "x", "closed")])
+
+
+def _wire(obs: P.Observation) -> list:
+    return msgpack.unpackb(P.encode(P.Reply(1, True, obs)), raw=False)[3]
+
+
+@pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE, OBS_SOM, OBS_PROBE, OBS_EVENTS],
+                         ids=["shm", "inline", "som", "probe", "events"])
 def test_observation_wire_round_trip_through_a_reply(obs: P.Observation) -> None:
-    reply = P.decode(P.encode(P.Reply(1, True, obs.to_wire())))
+    reply = P.decode_from_worker(P.encode(P.Reply(1, True, obs.to_wire())))
     assert isinstance(reply, P.Reply)
-    back = P.Observation.from_wire(reply.body)
+    back = P.decode_observation(reply.body)
     assert back == obs
     assert back.frame is None or isinstance(back.frame, P.FrameRef)
     assert back.point is None or isinstance(back.point, tuple)
@@ -93,30 +159,31 @@ def test_observation_wire_round_trip_through_a_reply(obs: P.Observation) -> None
 
 
 def test_observation_wire_layout() -> None:
-    w = OBS_SHM.to_wire()
-    assert len(w) == len(dataclasses.fields(P.Observation))
+    w = _wire(OBS_SHM)
+    assert len(w) == len(P.Observation.__struct_fields__)
     assert w[6] == [3, 7, 12345]  # a FrameRef travels as [slot, generation, nbytes]
     assert w[7] is None
-    assert OBS_INLINE.to_wire()[6] is None
-    assert OBS_INLINE.to_wire()[7] == OBS_INLINE.frame_bytes
+    assert _wire(OBS_INLINE)[6] is None
+    assert _wire(OBS_INLINE)[7] == OBS_INLINE.frame_bytes
     assert w[11] is None  # elements: None outside Set-of-Marks mode
-    assert OBS_SOM.to_wire()[11] == OBS_SOM.elements
-    assert w[12] is None  # probe: last, None when the episode has no probe expression
-    assert OBS_PROBE.to_wire()[12] == OBS_PROBE.probe
+    assert _wire(OBS_SOM)[11] == OBS_SOM.elements
+    assert w[12] is None  # probe: None when the episode has no probe expression
+    assert _wire(OBS_PROBE)[12] == OBS_PROBE.probe
+    assert _wire(OBS_EVENTS)[14] == [["refused", "http://169.254.169.254/", "link-local"], ["popup", "x", "closed"]]
 
 
 def test_observation_without_the_elements_field_still_reads() -> None:
     """An observation from before ``elements`` (11 fields) reads as one without elements."""
-    old = OBS_SHM.to_wire()[:11]
-    back = P.Observation.from_wire(P.decode(P.encode(P.Reply(1, True, old))).body)
+    old = _wire(OBS_SHM)[:11]
+    back = P.decode_observation(P.decode_from_worker(P.encode(P.Reply(1, True, old))).body)
     assert back == OBS_SHM
     assert back.elements is None
 
 
 def test_observation_without_the_probe_field_still_reads() -> None:
     """An observation from before ``probe`` (12 fields) reads as one without a probe result."""
-    old = OBS_SOM.to_wire()[:12]
-    back = P.Observation.from_wire(P.decode(P.encode(P.Reply(1, True, old))).body)
+    old = _wire(OBS_SOM)[:12]
+    back = P.decode_observation(P.decode_from_worker(P.encode(P.Reply(1, True, old))).body)
     assert back == OBS_SOM
     assert back.probe is None
 
@@ -141,9 +208,15 @@ def test_browser_action_wire_round_trip(action: P.BrowserAction) -> None:
     assert all(v is not None for v in wire.values())  # unset fields do not travel
     assert wire["kind"] == action.kind
     # Through a whole Request, as the pool sends it.
-    req = P.decode(P.encode(P.Request(1, "act", "ep", {"action": wire})))
+    req = P.decode_from_engine(P.encode(P.Request(1, "act", "ep", {"action": wire})))
     assert isinstance(req, P.Request)
     assert P.BrowserAction.from_wire(req.args["action"]) == action
+
+
+@pytest.mark.parametrize("wire", [{"x": 1}, {"kind": 5}, {"kind": "click", "x": "left"}, "click", None])
+def test_malformed_actions_are_refused(wire: object) -> None:
+    with pytest.raises(P.ProtocolError):
+        P.BrowserAction.from_wire(wire)
 
 
 def test_browser_action_wire_omits_unset_fields() -> None:
@@ -167,8 +240,10 @@ def test_browser_action_wire_omits_unset_fields() -> None:
     msgpack.packb([["req"], 1]),  # unhashable tag
     msgpack.packb(["welcome"]),  # missing field
     msgpack.packb(["welcome", True, "extra"]),  # too many fields
+    msgpack.packb(["welcome", "yes"]),  # a wrong type
     msgpack.packb(["shutdown", 1]),
     P.encode(P.Welcome(True)) + b"\x00",  # trailing bytes
+    b"\x91\xa8\x00\x00\x00\x00\x00\x00\x00\x80",  # a tag that is not UTF-8
 ], ids=lambda d: d[:12].hex() or "empty")
 def test_bad_bytes_raise_protocol_error(data: bytes) -> None:
     with pytest.raises(P.ProtocolError):
@@ -198,16 +273,17 @@ _values = st.recursive(_leaves, lambda inner: st.lists(inner, max_size=4)
 @settings(max_examples=100, deadline=None)
 @given(st.lists(_values, max_size=10), st.sampled_from([*P._TYPES, "", "REQ", "bogus"]))
 def test_random_well_formed_arrays_decode_or_raise_protocol_error(values: list, tag: str) -> None:
+    """Random values: a message of the wrong arity or an unknown tag never decodes; one that decodes has
+    the tag's type (wrong field types raise too, so not every well-sized array decodes)."""
     try:
         msg = P.decode(msgpack.packb([tag, *values], use_bin_type=True))
     except P.ProtocolError:
-        assert tag not in P._TYPES or not _arity_ok(P._TYPES[tag], len(values))
         return
     assert type(msg) is P._TYPES[tag]
     assert _arity_ok(type(msg), len(values))
 
 
-def _arity_ok(cls: type, n: int) -> bool:
-    fs = dataclasses.fields(cls)
-    required = sum(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fs)
-    return required <= n <= len(fs)
+def _arity_ok(cls: type[msgspec.Struct], n: int) -> bool:
+    fields = msgspec.structs.fields(cls)
+    required = sum(f.required for f in fields)
+    return required <= n <= len(fields)

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
+from browserpool.auth import ClientKeys, KeyFileError
+
 # The app and the feeds (Textual, ZeroMQ) load only when a monitor runs: the engine's CLI imports this module.
 
 T = TypeVar("T")
@@ -26,8 +28,12 @@ T = TypeVar("T")
 @click.option("--replay", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Play a recorded feed instead of attaching to an engine.")
 @click.option("--speed", type=float, default=1.0, show_default=True, help="--replay: playback speed.")
+@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="tcp with CURVE: the engine's public key file.")
+@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="tcp with CURVE: this monitor's secret key file (its public key in the engine's --allow-keys).")
 def monitor(run_dir: Path | None, endpoint: str | None, output_dir: str, record: str | None, replay: str | None,
-            speed: float) -> None:
+            speed: float, server_key: str | None, key: str | None) -> None:
     """Watch a running engine: one live cell per rollout, statistics, and any rollout's details.
 
     Attaches to RUN_DIR's engine, or with neither RUN_DIR nor --connect to the latest run under --output;
@@ -42,7 +48,15 @@ def monitor(run_dir: Path | None, endpoint: str | None, output_dir: str, record:
     else:
         if run_dir is not None and not run_dir.exists():
             raise click.ClickException(f"{run_dir} does not exist")
-        source = SocketFeed(run_dir=run_dir, endpoint=endpoint, output_dir=output_dir, record=record)
+        keys = None
+        if server_key or key:
+            if not (server_key and key):
+                raise click.ClickException("CURVE needs both --server-key and --key")
+            try:
+                keys = ClientKeys.load(server_key, key)
+            except KeyFileError as exc:
+                raise click.ClickException(str(exc)) from None
+        source = SocketFeed(run_dir=run_dir, endpoint=endpoint, output_dir=output_dir, record=record, keys=keys)
     MonitorApp(source).run()
 
 

@@ -20,6 +20,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from browserpool.auth import ClientKeys
 from engine.telemetry import ENDPOINT_FILE
 
 Apply = Callable[[dict[str, Any]], None]
@@ -63,11 +64,14 @@ class SocketFeed:
 
     ``endpoint``: connect there (the engine may start later). ``run_dir``: the endpoint from its
     ``telemetry.json`` (waits until it appears). Neither: the latest run under ``output_dir``, following newer
-    runs as they start. ``record``: also append every raw message to this file.
+    runs as they start. ``record``: also append every raw message to this file. ``keys``: CURVE keys for an
+    engine whose telemetry is on tcp with authentication.
     """
 
     def __init__(self, run_dir: str | Path | None = None, endpoint: str | None = None,
-                 output_dir: str | Path = "runs", record: str | Path | None = None, poll_s: float = 0.5) -> None:
+                 output_dir: str | Path = "runs", record: str | Path | None = None, poll_s: float = 0.5,
+                 keys: ClientKeys | None = None) -> None:
+        self.keys = keys
         self.run_dir = Path(run_dir) if run_dir else None
         self.endpoint = endpoint
         self.output_dir = Path(output_dir)
@@ -117,6 +121,8 @@ class SocketFeed:
         sock.setsockopt(zmq.RCVHWM, 10000)
         sock.setsockopt(zmq.RECONNECT_IVL, 200)  # an engine that starts later is found within 0.2 s
         sock.setsockopt(zmq.SUBSCRIBE, b"")
+        if self.keys is not None and endpoint.startswith("tcp://"):
+            self.keys.apply(sock)
         sock.connect(endpoint)
         name = run_dir.name if run_dir else endpoint
         status(f"connecting to {endpoint}" + (" (the run has ended)" if info and info.get("ended_at") else ""))

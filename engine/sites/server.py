@@ -36,6 +36,8 @@ from types import TracebackType
 from typing import IO
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from browserpool.netpolicy import register_engine_site, unregister_engine_site
+
 WWW_ROOT = Path(__file__).resolve().parent / "www"
 """Default document root: the bundled websites."""
 
@@ -436,6 +438,7 @@ class SiteServer:
                 raise RuntimeError(f"site server exited with code {proc.returncode} before READY:\n{err}")
             if line.startswith(READY_PREFIX):
                 self._base_url = line[len(READY_PREFIX) :].strip().rstrip("/")
+                register_engine_site(self._base_url)  # the network policy lets pages load the engine's own sites
                 return self._base_url
 
     def _read_stderr(self) -> str:
@@ -460,6 +463,8 @@ class SiteServer:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        if self._base_url is not None:
+            unregister_engine_site(self._base_url)
         self._base_url = None
 
     def __enter__(self) -> SiteServer:

@@ -1,0 +1,301 @@
+"""Clean deaths, end to end: a real `webgym-engine run` (its own process, a browser worker, the Playwright driver,
+Chromium, the site server) is killed mid-run with SIGKILL, SIGTERM or a SIGHUP to its whole process group.
+
+After each, within a few seconds, no process of that run is left (found by a marker in their environment, which
+every descendant inherits, and by the process tree recorded before the kill), no shared-memory segment or temp
+directory carries the engine's name; `run --resume` then gives exactly one record per task. While the run is live
+a second writer is refused. Spawned workers and Chromium never see the engine's API keys."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.store import read_records
+from engine.tasks import BUNDLED_TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "WEBGYM_CLEAN_DEATH_TEST"
+SECRET = "sk-clean-death-" + uuid.uuid4().hex  # an API key the engine holds
+N_TASKS = 8
+GONE_WITHIN_S = 5.0
+
+
+@dataclass
+class Engine:
+    """A `webgym-engine run` subprocess (its own session and process group) and what identifies its processes."""
+
+    proc: subprocess.Popen[bytes]
+    marker: str
+    output: Path
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def run_dir(self) -> Path | None:
+        dirs = list(self.output.glob("run-*")) if self.output.exists() else []
+        return dirs[0] if dirs else None
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(BUNDLED_TASKS.read_text().splitlines()[:N_TASKS]) + "\n")
+    return path
+
+
+def engine_cmd(tasks: Path, output: Path, *extra: str) -> list[str]:
+    # The random policy takes up to 10 steps per episode: episodes stay in flight long enough to be cut.
+    return [sys.executable, "-m", "engine.cli", "run", "--tasks", str(tasks), "--policy", "random",
+            "--concurrency", "4", "--workers", "1", "--telemetry", "off", "--output", str(output), *extra]
+
+
+@pytest.fixture
+def start_engine(tmp_path: Path, tasks: Path) -> Iterator[Callable[..., Engine]]:
+    started: list[Engine] = []
+
+    def start(*extra: str, ignore: signal.Signals | None = None) -> Engine:
+        marker = uuid.uuid4().hex
+        env = {**os.environ, MARK: marker, "OPENAI_API_KEY": SECRET, "HF_TOKEN": SECRET}
+        log = tmp_path / f"engine-{len(started)}.log"
+        # ignore: the engine starts with that signal ignored, as under nohup (SIGHUP) or as a script's background
+        # job (SIGINT).
+        pre = (lambda: signal.signal(ignore, signal.SIG_IGN)) if ignore is not None else None
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(engine_cmd(tasks, tmp_path / "runs", *extra), cwd=ROOT, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
+                                    preexec_fn=pre)
+        started.append(Engine(proc, marker, tmp_path / "runs", log))
+        return started[-1]
+
+    yield start
+    for e in started:  # a failed test must not leave its run behind either
+        if e.proc.poll() is None:
+            e.proc.kill()
+            e.proc.wait()
+        for pid in marked_processes(e.marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def marked_processes(marker: str, sessions: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
+    """Live (non-zombie) processes of the run: their environment carries its marker, or they belong to one of its
+    ``sessions`` (Chromium's zygotes and renderers overwrite their environment with their command line, but stay
+    in the session Playwright started Chromium in)."""
+    needle = f"{MARK}={marker}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                state, _ppid, _pgrp, session = f.read().rsplit(b")", 1)[1].split()[:4]
+            if state in (b"Z", b"X"):
+                continue
+            if int(session) not in sessions:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if needle not in f.read():
+                        continue
+        except (OSError, ValueError):
+            continue
+        found.append(int(entry.name))
+    return found
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll until ``predicate()``; returns the seconds it took (fails the test past ``timeout``)."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
+def wait_in_flight(engine: Engine) -> Path:
+    """Wait until episodes are in flight: frames of more episodes than there are records."""
+    def in_flight() -> bool:
+        assert engine.proc.poll() is None, engine.stderr()
+        run_dir = engine.run_dir()
+        if run_dir is None or not (run_dir / "frames").exists():
+            return False
+        started = sum(1 for p in (run_dir / "frames").iterdir() if any(p.iterdir()))
+        return started >= 3 and started > len(read_records(run_dir))
+    wait_for(in_flight, 120, "episodes in flight")
+    run_dir = engine.run_dir()
+    assert run_dir is not None
+    return run_dir
+
+
+def process_tree(engine: Engine) -> list[psutil.Process]:
+    """The engine's descendants now: the worker, its Playwright driver and Chromium, the site server..."""
+    tree = [p for p in psutil.Process(engine.pid).children(recursive=True) if _runs(p)]
+    names = " ".join(" ".join(cmdline(p)[:3]) for p in tree)
+    assert "browserpool.worker" in names and "chromium" in names and "playwright" in names, names
+    return tree
+
+
+def run_sessions(engine: Engine, tree: list[psutil.Process]) -> set[int]:
+    """The sessions of the run's processes (the engine's own, Chromium's), never this test's."""
+    sessions = {engine.pid}  # started with start_new_session
+    for p in tree:
+        with contextlib.suppress(OSError):
+            sessions.add(os.getsid(p.pid))
+    sessions.discard(os.getsid(0))
+    assert len(sessions) >= 2, "Chromium runs in a session of its own"
+    return sessions
+
+
+def assert_nothing_left(engine: Engine, tree: list[psutil.Process]) -> float:
+    """No process of the run, no segment or temp directory named after the engine; returns how long it took."""
+    sessions = run_sessions(engine, tree)
+    took = wait_for(lambda: not marked_processes(engine.marker, sessions) and not any(_runs(p) for p in tree),
+                    GONE_WITHIN_S, "every process of the run to end")
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"wg-{engine.pid}-")]
+    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"webgym-{engine.pid}-")]
+    return took
+
+
+def cmdline(p: psutil.Process) -> list[str]:
+    """A process's command line; empty once it is gone (a renderer may end any time)."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _runs(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def resume_and_check(run_dir: Path, tasks: Path, tmp_path: Path) -> list[dict]:
+    """`run --resume` to the end; every task has exactly one record and every frame directory belongs to one."""
+    # A frame of the killed attempt of an episode that never got its record: the rerun must not keep it.
+    unrecorded = {p.name for p in (run_dir / "frames").iterdir()} - {
+        r["episode_id"].replace("#", "_") for r in read_records(run_dir)}
+    assert unrecorded, "no episode was in flight when the run was stopped"
+    planted = run_dir / "frames" / sorted(unrecorded)[0] / "999.jpg"
+    planted.write_bytes(b"\xff\xd8 a frame of a dead attempt")
+    proc = subprocess.run(engine_cmd(tasks, tmp_path / "runs", "--resume", str(run_dir)), cwd=ROOT,
+                          capture_output=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    records = read_records(run_dir)
+    raw = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    counts = collections.Counter(r["task"]["task_id"] for r in raw)
+    want = {json.loads(line)["task_id"] for line in tasks.read_text().splitlines()}
+    assert set(counts) == want and set(counts.values()) == {1}, counts
+    assert not planted.exists()
+    for r in records:  # every stored screenshot of a finished episode is one its record refers to
+        if r["status"] in ("success", "failure"):
+            refs = {s["screenshot"] for s in r["steps"] if s.get("screenshot")} | {r["final"]["screenshot"]}
+            on_disk = {f"frames/{p.parent.name}/{p.name}"
+                       for p in (run_dir / "frames" / r["episode_id"].replace("#", "_")).iterdir()}
+            assert on_disk == refs, r["episode_id"]
+    return records
+
+
+def no_lost_episodes(run_dir: Path) -> None:
+    """Nothing was recorded as the casualty of the stop: no episode lost its worker or browser."""
+    for r in read_records(run_dir):
+        kind = (r.get("error") or {}).get("kind", "")
+        assert kind != "worker_lost" and not kind.startswith("browser"), r["error"]
+
+
+def test_kill_9_leaves_no_process_segment_or_temp_dir_and_resume_completes(
+        start_engine: Callable[..., Engine], tasks: Path, tmp_path: Path) -> None:
+    engine = start_engine()
+    run_dir = wait_in_flight(engine)
+    tree = process_tree(engine)
+    # The engine's API keys reach neither the worker nor Chromium (their environment is otherwise the engine's).
+    # (Chromium's zygotes and renderers overwrite theirs with their command line: its browser process, the one the
+    # Playwright driver started, is the one to read.)
+    [worker] = [p for p in tree if "browserpool.worker" in cmdline(p)]
+    [browser] = [p for p in tree if cmdline(p)[:1] == ["/usr/lib/chromium/chromium"] and "playwright/driver" in
+                 " ".join(cmdline(p.parent()))]
+    for p in (worker, browser):
+        env = Path(f"/proc/{p.pid}/environ").read_bytes()
+        assert engine.marker.encode() in env and SECRET.encode() not in env, cmdline(p)[:2]
+    assert [n for n in os.listdir("/dev/shm") if n.startswith(f"wg-{engine.pid}-")]  # the ring, while it runs
+
+    engine.proc.send_signal(signal.SIGKILL)
+    assert engine.proc.wait(10) == -signal.SIGKILL
+    took = assert_nothing_left(engine, tree)
+    print(f"kill -9: every process of the run gone {took:.2f} s after the engine died")
+    resume_and_check(run_dir, tasks, tmp_path)
+
+
+def test_sigterm_is_handled_like_ctrl_c_and_a_second_writer_is_refused(
+        start_engine: Callable[..., Engine], tasks: Path, tmp_path: Path) -> None:
+    engine = start_engine()
+    run_dir = wait_in_flight(engine)
+    tree = process_tree(engine)
+
+    second = subprocess.run(engine_cmd(tasks, tmp_path / "runs", "--resume", str(run_dir)), cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode != 0 and f"{run_dir} is in use by pid {engine.pid}" in second.stderr, second.stderr
+    assert engine.proc.poll() is None, "the run must still be going for the stop below to count"
+
+    t0 = time.monotonic()
+    engine.proc.send_signal(signal.SIGTERM)
+    assert engine.proc.wait(30) == 128 + signal.SIGTERM, engine.stderr()
+    stopped = time.monotonic() - t0
+    assert "stopped by SIGTERM" in engine.stderr() and "--resume" in engine.stderr()
+    took = assert_nothing_left(engine, tree)
+    print(f"SIGTERM: the engine exited after {stopped:.2f} s, the rest was gone {took:.2f} s later")
+    no_lost_episodes(run_dir)
+    resume_and_check(run_dir, tasks, tmp_path)
+
+
+def test_sighup_to_the_whole_process_group(start_engine: Callable[..., Engine]) -> None:
+    # What a closed terminal (or `timeout`, with SIGTERM) does: every process of the group gets the signal at once;
+    # the worker waits for its engine's shutdown instead of dying under the episodes it serves.
+    engine = start_engine()
+    run_dir = wait_in_flight(engine)
+    tree = process_tree(engine)
+    t0 = time.monotonic()
+    os.killpg(engine.pid, signal.SIGHUP)
+    assert engine.proc.wait(30) == 128 + signal.SIGHUP, engine.stderr()
+    stopped = time.monotonic() - t0
+    assert "stopped by SIGHUP" in engine.stderr()
+    took = assert_nothing_left(engine, tree)
+    print(f"SIGHUP to the group: the engine exited after {stopped:.2f} s, the rest was gone {took:.2f} s later")
+    no_lost_episodes(run_dir)
+
+
+def test_a_signal_the_engine_ignores_is_ignored_by_its_workers(start_engine: Callable[..., Engine],
+                                                               tmp_path: Path) -> None:
+    # `nohup webgym-engine run &` and then the terminal closes: the whole group gets SIGHUP, which the engine
+    # ignores; the run must go on, its worker too.
+    summary = tmp_path / "summary.json"
+    engine = start_engine("--summary-json", str(summary), ignore=signal.SIGHUP)
+    run_dir = wait_in_flight(engine)
+    worker = next(p for p in process_tree(engine) if "browserpool.worker" in cmdline(p))
+    os.killpg(engine.pid, signal.SIGHUP)
+    assert engine.proc.wait(180) == 0, engine.stderr()
+    facts = json.loads(summary.read_text())
+    assert facts["worker_restarts"] == 0 and facts["lost"] == 0 and facts["episodes"] == N_TASKS, facts
+    no_lost_episodes(run_dir)
+    assert "SIGHUP" not in (run_dir / "workers.log").read_text()  # the worker never acted on it
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE  # ended with its engine

@@ -1,0 +1,211 @@
+"""Popups, new tabs, downloads, file choosers, dialogs and permission prompts (real Chromium, pages on loopback).
+
+Every page a context opens besides the episode's tab is closed (or, when the agent's own action opened it,
+becomes the episode's page: the tab goes to its URL); nothing of an episode (its pages, the storage of every
+origin it touched, its cookies) is there when the next episode gets the same context.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import pytest_asyncio
+
+from browserpool.config import WorkerConfig
+from browserpool.pool import BrowserPool, BrowserSession
+from browserpool.protocol import BrowserAction, Observation, PageEvent
+from browserpool.worker import BrowserWorker
+from tests.conftest import inproc_pool, open_session
+from tests.test_netpolicy import CountingServer, Fence
+
+EMPTY = {"local": 0, "session": 0, "cookie": ""}
+PAGE_CAP = 3
+
+
+@pytest.fixture(scope="module")
+def other() -> Iterator[CountingServer]:
+    """Another origin (a loopback server the worker's policy allows): where the popups go."""
+    server = CountingServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def fence() -> Iterator[Fence]:
+    with pytest.MonkeyPatch.context() as mp:
+        yield Fence(mp)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def inproc(tmp_path_factory: pytest.TempPathFactory, other: CountingServer, fence: Fence
+                 ) -> AsyncIterator[tuple[BrowserWorker, BrowserPool]]:
+    cfg = WorkerConfig(endpoint="", worker_id="popups", net_allow=[f"127.0.0.1:{other.port}"],
+                       net_hosts={"other.test": "127.0.0.1"}, max_pages_per_context=PAGE_CAP)
+    async with inproc_pool(f"ipc://{tmp_path_factory.mktemp('ipc')}/pool.sock", cfg) as wp:
+        yield wp
+    assert fence.outside == []
+
+
+async def act(session: BrowserSession, action: BrowserAction) -> Observation:
+    obs, frame = await session.act(action)
+    frame.release()
+    return obs
+
+
+async def js(session: BrowserSession, *exprs: str) -> list[Any]:
+    return await session.evaluate(list(exprs))
+
+
+def slot_of(worker: BrowserWorker, session: BrowserSession) -> Any:
+    return worker.episodes[session.episode_id].slot
+
+
+async def until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``cond`` (a test-side check, off the engine's paths) until true or the timeout."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def wrote(server: CountingServer, origin: str) -> bool:
+    return any(p.startswith("/wrote?from=" + quote(origin, safe="")) for _, p, _ in server.requests)
+
+
+# (opener page, how the popup is opened: a click on a selector or at a point)
+ESCAPES = [
+    ("popup_detached.html", BrowserAction("click", selector="#go")),
+    ("popup_form_target.html", BrowserAction("click", selector="#go")),
+    ("popup_iframe.html", BrowserAction("click", x=300, y=150)),  # a button filling the iframe
+    ("popup_noopener.html", BrowserAction("click", selector="#go")),
+]
+
+
+@pytest.mark.parametrize(("page", "action"), ESCAPES,
+                         ids=[p.removeprefix("popup_").removesuffix(".html") for p, _ in ESCAPES])
+async def test_a_popup_past_the_shim_is_adopted_closed_and_leaves_nothing(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer,
+        page: str, action: BrowserAction) -> None:
+    worker, pool = inproc
+    to = f"{other.base_url}/fixtures/popup_target.html"
+    async with open_session(pool, fixture_url(f"{page}?to={quote(to, safe='')}")) as (s1, obs, _f):
+        slot = slot_of(worker, s1)
+        ctx = slot.context
+        obs = await act(s1, action)
+        # One tab per episode: the tab went to the popup's URL (a form posted into a new window loads with GET).
+        assert obs.url == to and obs.title == "popup target", obs
+        assert PageEvent("popup", to, "adopted") in (obs.events or [])
+        assert await until(lambda: len(ctx.pages) == 1), [p.url for p in ctx.pages]
+        assert await until(lambda: wrote(other, to))
+        assert (await js(s1, "localStorage.getItem('popup')"))[0] == "local"
+    # The next episode on the same context: no page of the last one, no storage, no cookie of the popup's origin.
+    async with open_session(pool, f"{other.base_url}/fixtures/storage.html") as (s2, obs, _f):
+        assert slot_of(worker, s2).context is ctx
+        assert len(ctx.pages) == 1 and not obs.events
+        assert (await js(s2, "window.seenAtLoad"))[0] == EMPTY
+        assert await ctx.cookies() == []
+
+
+async def test_popups_without_a_user_gesture_are_closed_not_adopted(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
+    worker, pool = inproc
+    to = f"http://other.test:{other.port}/fixtures/popup_target.html"  # an origin only the popup loads
+    opener = fixture_url(f"popup_onload.html?to={quote(to, safe='')}")
+    async with open_session(pool, opener) as (s1, obs, _f):
+        ctx = slot_of(worker, s1).context
+        assert obs.title == "popup onload"  # the tab stays where it was
+        events = list(obs.events or [])
+        deadline = time.monotonic() + 10
+        while not any(e.kind == "popup" for e in events) and time.monotonic() < deadline:
+            events += (await act(s1, BrowserAction("wait", seconds=0.2))).events or []
+        assert [e for e in events if e.kind == "popup"] == [PageEvent("popup", f"{to}?i=0", "closed")]
+        assert await until(lambda: len(ctx.pages) == 1)
+    async with open_session(pool, f"http://other.test:{other.port}/fixtures/storage.html") as (s2, _o, _f):
+        assert slot_of(worker, s2).context is ctx
+        assert (await js(s2, "window.seenAtLoad"))[0] == EMPTY
+        assert await ctx.cookies() == []
+
+
+async def test_storage_of_a_cross_site_iframe_is_cleared(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
+    worker, pool = inproc
+    src = f"http://other.test:{other.port}/fixtures/frame_storage.html"  # another site: a partitioned frame
+    framed = fixture_url(f"frame_host.html?src={quote(src, safe='')}")
+    async with open_session(pool, framed) as (s1, _o, _f):
+        ctx = slot_of(worker, s1).context
+        await act(s1, BrowserAction("wait", seconds=0.2))
+        assert (await js(s1, "window.reports"))[0] == [EMPTY]  # the frame loaded, found nothing, wrote
+    async with open_session(pool, framed) as (s2, _o, _f):
+        assert slot_of(worker, s2).context is ctx
+        await act(s2, BrowserAction("wait", seconds=0.2))
+        assert (await js(s2, "window.reports"))[0] == [EMPTY]  # what the frame wrote last episode is gone
+
+
+async def test_past_the_page_cap_the_context_is_not_reused(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
+    worker, pool = inproc
+    to = f"{other.base_url}/fixtures/popup_target.html"
+    async with open_session(pool, fixture_url(f"popup_onload.html?n=12&to={quote(to, safe='')}")) as (s1, obs, _f):
+        slot = slot_of(worker, s1)
+        ctx = slot.context
+        events = list(obs.events or [])
+        deadline = time.monotonic() + 10
+        while not slot.tainted and time.monotonic() < deadline:
+            events += (await act(s1, BrowserAction("wait", seconds=0.2))).events or []
+        assert slot.tainted
+        assert await until(lambda: len(ctx.pages) == 1)
+    async with open_session(pool, fixture_url("click.html")) as (s2, _o, _f):
+        assert slot_of(worker, s2).context is not ctx
+    assert ctx not in worker.browser.contexts  # type: ignore[union-attr]
+
+
+async def test_a_download_is_refused_and_recorded(inproc: tuple[BrowserWorker, BrowserPool],
+                                                  fixture_url: Callable[[str], str], other: CountingServer) -> None:
+    _, pool = inproc
+    to = f"{other.base_url}/download"
+    async with open_session(pool, fixture_url(f"page_download.html?to={quote(to, safe='')}")) as (s, _o, _f):
+        for selector, event in [("#go", PageEvent("download", "data:text/plain,private%20notes", "refused: notes.txt")),
+                                ("#server", PageEvent("download", to, "refused: report.bin"))]:
+            obs = await act(s, BrowserAction("click", selector=selector))
+            assert event in (obs.events or []), obs.events
+            # The page stays, and the step settles as usual (not at its deadline, waiting for a new document).
+            assert obs.title == "download" and obs.settle == "quiet", obs
+            assert obs.timings_ms["settle_ms"] < 3000
+
+
+async def test_a_file_chooser_is_cancelled_and_recorded(inproc: tuple[BrowserWorker, BrowserPool],
+                                                        fixture_url: Callable[[str], str]) -> None:
+    _, pool = inproc
+    async with open_session(pool, fixture_url("page_filechooser.html")) as (s, _o, _f):
+        for n in (1, 2):  # a cancelled chooser does not block the next one
+            obs = await act(s, BrowserAction("click", selector="#file"))
+            assert [e.kind for e in obs.events or []] == ["filechooser"]
+            assert obs.events[0].detail == "cancelled (selectSingle)"  # type: ignore[index]
+            assert await js(s, "window.cancelled", "window.changed") == [n, 0]
+
+
+async def test_a_dialog_is_dismissed_and_recorded(inproc: tuple[BrowserWorker, BrowserPool],
+                                                  fixture_url: Callable[[str], str]) -> None:
+    _, pool = inproc
+    async with open_session(pool, fixture_url("page_dialog.html")) as (s, _o, _f):
+        obs = await act(s, BrowserAction("click", selector="#go"))
+        assert PageEvent("dialog", fixture_url("page_dialog.html"), "confirm: Delete everything?") in (obs.events or [])
+        assert await js(s, "window.answer") == [False]
+
+
+async def test_permission_prompts_are_denied_at_once(inproc: tuple[BrowserWorker, BrowserPool],
+                                                     fixture_url: Callable[[str], str]) -> None:
+    _, pool = inproc
+    async with open_session(pool, fixture_url("click.html")) as (s, _o, _f):
+        # Headless Chromium would leave this pending forever (no prompt to answer).
+        assert await js(s, "Notification.requestPermission()", "Notification.permission") == ["denied", "denied"]
+        geo = ("new Promise(r => navigator.geolocation.getCurrentPosition(() => r('granted'), e => r(e.code)))")
+        assert await js(s, geo) == [1]  # PERMISSION_DENIED
