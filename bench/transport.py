@@ -47,14 +47,16 @@ async def browser_steps(base: str, curve: bool, concurrency: int, seconds: float
     await pool.start()
     steps = 0
     counting = False
+    stop = asyncio.Event()
 
     async def loop(i: int) -> None:
+        # Each loop ends after the step it is in (no cancellation mid-request), then closes its session.
         nonlocal steps
         session = await pool.lease(f"b{i}")
         try:
             _, frame = await session.open(base + PAGES[i % len(PAGES)])
             frame.release()
-            while True:
+            while not stop.is_set():
                 _, frame = await session.act(BrowserAction("click", x=CLICK[0], y=CLICK[1]))
                 frame.release()
                 steps += counting
@@ -69,6 +71,8 @@ async def browser_steps(base: str, curve: bool, concurrency: int, seconds: float
         await asyncio.sleep(seconds)
         elapsed = time.perf_counter() - t0
         done = steps
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 120)
     finally:
         for t in tasks:
             t.cancel()

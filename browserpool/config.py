@@ -21,7 +21,7 @@ CHROMIUM_FLAGS = [
     # The omnibox WebUI features give every headless window (one per context) its own hidden
     # renderer process, ~22 MiB each: off.
     "--disable-features=Translate,MediaRouter,OptimizationHints,"
-    "WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup",
+    "WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,AutofillServerCommunication",
     "--mute-audio",
 ]
 

@@ -430,6 +430,14 @@ class BrowserWorker:
         if ep is None:
             return
         self._recycle_after_request()
+        # An operation of this episode may still be running (the engine gave up on it: a deadline, an episode
+        # cap): let it end, within its own caps, before the page is reset under it; else the context goes.
+        try:
+            await asyncio.wait_for(ep.busy.acquire(), self.cfg.settle_timeout_s + 2 * self.cfg.screenshot_timeout_s)
+        except TimeoutError:
+            await self._drop_context(ep.slot)
+            return
+        ep.busy.release()  # the episode is out of self.episodes: nothing else can take its lock now
         if await self._context_over_memory(ep):  # a heavy renderer is not reused
             await self._drop_context(ep.slot)
             return

@@ -6,6 +6,8 @@ can see which BrowserContext served each episode.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 import psutil
@@ -60,6 +62,28 @@ async def test_storage_written_while_leaving_does_not_leak(inproc, fixture_url) 
         ctx = context_of(worker, s1)
     async with open_session(pool, fixture_url("storage.html")) as (s2, _, _f):
         assert context_of(worker, s2) is ctx
+        assert await seen_at_load(s2) == EMPTY
+
+
+async def test_a_close_waits_for_the_episodes_operation_in_flight(inproc, fixture_url) -> None:
+    """The engine may give up on an operation (a deadline, an episode's wall-clock cap) and close the episode while
+    the worker still runs it: the close waits for it instead of resetting the page under it, both are answered,
+    and the context serves the next episode cleanly."""
+    worker, pool = inproc
+    session = await pool.lease("close-during-act")
+    obs, frame = await session.open(fixture_url("storage.html"))
+    frame.release()
+    ctx = context_of(worker, session)
+    acting = asyncio.ensure_future(session.act(BrowserAction("wait", seconds=1.5)))
+    await asyncio.sleep(0.2)  # the wait is under way in the worker
+    t0 = time.monotonic()
+    await session.close()
+    assert time.monotonic() - t0 >= 1.0  # the close waited for the wait to end
+    obs, frame = await acting
+    frame.release()
+    assert obs.settle == "quiet"
+    async with open_session(pool, fixture_url("storage.html")) as (s2, obs2, _f):
+        assert context_of(worker, s2) is ctx and obs2.settle == "quiet"
         assert await seen_at_load(s2) == EMPTY
 
 
