@@ -122,10 +122,6 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # downloads, file choosers, dialogs); None when nothing happened.
     events: list[PageEvent] | None = None
 
-    def to_wire(self) -> Observation:
-        """What a Reply's body carries (the struct itself: msgspec encodes it as an array)."""
-        return self
-
 
 # --- messages -----------------------------------------------------------------------------------
 

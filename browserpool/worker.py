@@ -274,7 +274,7 @@ class BrowserWorker:
         raise ActionRefused(f"unknown op {op!r}")
 
     async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
-                    probe_js: str | None = None) -> list[Any]:
+                    probe_js: str | None = None) -> P.Observation:
         await self._browser_ready.wait()  # a browser recycle in progress: open on the new browser
         if episode_id in self.episodes:
             await self._close(episode_id)
@@ -307,7 +307,7 @@ class BrowserWorker:
             return await self._observe(ep, settle, timings, point)
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
-                       point: tuple[float, float] | None) -> list[Any]:
+                       point: tuple[float, float] | None) -> P.Observation:
         page = ep.page
         elements: list[list[Any]] | None = None
         note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
@@ -357,7 +357,7 @@ class BrowserWorker:
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements,
                             probe, change, ep.slot.events.take())
-        return obs.to_wire()
+        return obs  # a Reply's body: msgspec encodes the struct as an array
 
     async def _new_context(self) -> ContextSlot:
         assert self.browser is not None

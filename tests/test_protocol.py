@@ -149,7 +149,7 @@ def _wire(obs: P.Observation) -> list:
 @pytest.mark.parametrize("obs", [OBS_SHM, OBS_INLINE, OBS_SOM, OBS_PROBE, OBS_EVENTS],
                          ids=["shm", "inline", "som", "probe", "events"])
 def test_observation_wire_round_trip_through_a_reply(obs: P.Observation) -> None:
-    reply = P.decode_from_worker(P.encode(P.Reply(1, True, obs.to_wire())))
+    reply = P.decode_from_worker(P.encode(P.Reply(1, True, obs)))
     assert isinstance(reply, P.Reply)
     back = P.decode_observation(reply.body)
     assert back == obs
