@@ -11,8 +11,9 @@ SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/
 run: setup
 	$(VENV)/bin/webgym-engine run
 
+# The one-way import rule first (the contract is in pyproject.toml; docs/architecture.md), then the tests.
 test: setup
-	$(PY) -m pytest -q
+	$(VENV)/bin/lint-imports --no-cache && $(PY) -m pytest -q
 
 setup: system $(STAMP)
 
@@ -27,7 +28,7 @@ $(STAMP): $(SOURCES)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
 	# This pin installs a CPU build here; an unpinned torch pulls gigabytes of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf,trl]'
 	@touch $@
 
 lint: setup

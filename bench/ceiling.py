@@ -29,8 +29,9 @@ from playwright.async_api import async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool
+from engine.config import RunConfig
+from engine.core import EngineCore, pool_config
 from engine.rollout import EpisodeStatus
-from engine.runner import Engine, RunConfig, pool_config
 from engine.sites.server import SiteServer
 from engine.store import RunStore
 from engine.tasks import Task
@@ -158,7 +159,7 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
     pages = pages or PAGES
     tasks = [Task(task_id=f"bench-{i}", task_name="benchmark page", website=base + pages[i % len(pages)],
                   max_steps=steps_per_episode) for i in range(n)]
-    cfg = RunConfig(concurrency=n, workers=workers, policy="instant",
+    cfg = RunConfig(concurrency=n, workers=workers, telemetry=None,
                     worker=WorkerConfig(endpoint="", jpeg_quality=quality))
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
@@ -170,10 +171,12 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
             if st.step >= 2:
                 stepping.add(st.episode_id)
 
-        engine = Engine(cfg, pool, InstantPolicy(*CLICK), store, on_status=on_status)
+        core = EngineCore(cfg, pool=pool, store=store)
+        await core.start()
+        core.on_status(on_status)
         cpu0 = time.process_time()
-        run = asyncio.ensure_future(engine.run([(t, 0) for t in tasks]))
-        stats = engine.stats
+        run = asyncio.ensure_future(core.run_plan(InstantPolicy(*CLICK), [(t, 0) for t in tasks]))
+        stats = core.stats
         # Measure only once every rollout is past its page load and stepping.
         ramp0 = time.monotonic()
         while len(stepping) < n and not run.done() and time.monotonic() - ramp0 < ramp_timeout:
@@ -189,6 +192,7 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         run.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await run
+        await core.close()
         await pool.close()
         store.close()
     rate = (s1 - s0) / (t1 - t0)

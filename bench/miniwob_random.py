@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.prompts import AgentConfig
+from engine.config import RunConfig
 from engine.miniwob import miniwob_mount
-from engine.runner import RunConfig, run
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.registry import make_policy
@@ -34,8 +35,8 @@ async def bench(spec: str, workers: int, concurrency: int, episodes: int | None,
     mode random points of the whole viewport."""
     agent = AgentConfig(interaction=interaction)
     with SiteServer(mounts=miniwob_mount()) as server:
-        cfg = RunConfig(tasks=spec, policy="random", output_dir=str(out_dir / "runs"), workers=workers,
-                        concurrency=concurrency, episodes=episodes, seed=seed, agent=agent)
+        cfg = RunConfig(tasks=spec, output_dir=str(out_dir / "runs"), workers=workers,
+                        concurrency=concurrency, episodes=episodes, seed=seed)
         t0 = time.monotonic()
         stats, run_dir = await run(cfg, make_policy("random", seed=seed, agent=agent), server.base_url)
         wall = time.monotonic() - t0

@@ -31,8 +31,9 @@ import psutil
 from bench.ceiling import CLICK, PAGES
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool
+from engine.config import RunConfig
+from engine.core import EngineCore, pool_config
 from engine.rollout import EpisodeStatus
-from engine.runner import Engine, RunConfig, pool_config
 from engine.sites.server import SiteServer
 from engine.store import RunStore, episode_key
 from engine.tasks import Task
@@ -129,7 +130,7 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
         base = server.base_url
         tasks = [Task(task_id=f"bench-{i}", task_name="benchmark page", website=base + PAGES[i % len(PAGES)],
                       max_steps=1_000_000) for i in range(n)]
-        cfg = RunConfig(concurrency=n, workers=workers, policy="instant", worker=WorkerConfig(endpoint=""))
+        cfg = RunConfig(concurrency=n, workers=workers, telemetry=None, worker=WorkerConfig(endpoint=""))
         store = RunStore(tmp)
         pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
         await pool.start()
@@ -143,11 +144,13 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
             if st.step >= 2:
                 stepping.add(st.episode_id)
 
-        engine = Engine(cfg, pool, InstantPolicy(*CLICK), store, on_status=on_status)
-        pub.attach(engine)
+        core = EngineCore(cfg, pool=pool, store=store)
+        await core.start()
+        core.on_status(on_status)
+        pub.attach(core)
         pub.start()
-        run = asyncio.ensure_future(engine.run(plan))
-        stats = engine.stats
+        run = asyncio.ensure_future(core.run_plan(InstantPolicy(*CLICK), plan))
+        stats = core.stats
         while len(stepping) < n and not run.done():
             await asyncio.sleep(0.1)
         await asyncio.sleep(3.0)  # warm-up
@@ -182,6 +185,7 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
         with contextlib.suppress(asyncio.CancelledError):
             await run
         await pub.close()
+        await core.close()
         await pool.close()
         store.close()
     without = statistics.median(r["steps_per_s"] for r in rows if not r["monitor"])
@@ -201,7 +205,8 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
 # --- the README's picture -------------------------------------------------------------------------------------
 async def export_svg(path: Path, seconds: float, concurrency: int, workers: int) -> None:
     """Run the bundled tasks (scripted policy) with the monitor attached in-process; save it as SVG."""
-    from engine.runner import new_run_dir, run
+    from engine.core import new_run_dir
+    from engine.runner import run
     from policy.registry import make_policy
     from tui.app import MonitorApp
     from tui.cli import prepare_in_process

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from browserpool.config import WorkerConfig
-from engine.runner import RunConfig, run
+from engine.config import RunConfig
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.registry import make_policy

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from engine import _imgcodec as codec
+from engine.model_api import ChatRequest, SamplingParams
 from policy.hf_backend import HFModel
-from policy.model import ChatRequest, SamplingParams
 from policy.tiny_models import build_tiny_model
 
 

@@ -242,15 +242,16 @@ async def simulated_run(base: str, tasks_file: Path, mode: str, n: int, seconds:
     """One time-boxed engine run with the simulated policy: steps/s and episodes/min over ``seconds``, from
     ``warmup`` s after every rollout has done its first step (or ``ramp_timeout`` s, whichever is first)."""
     from engine.agent.prompts import AgentConfig
-    from engine.runner import RunConfig, run
+    from engine.config import RunConfig
+    from engine.runner import run
     from policy.registry import BackendConfig, make_policy
 
     agent = AgentConfig(interaction="som")
     backend = BackendConfig(sim_speed=sim_speed)
     # Every rollout may have its model call in flight (a served model queues them; the latency model slows
     # down with the requests it decodes), in both modes alike.
-    cfg = RunConfig(tasks=str(tasks_file), policy="simulated", concurrency=n, workers=workers, mode=mode,
-                    output_dir=str(out_dir), episodes=n * 100, seed=seed, agent=agent, backend=backend,
+    cfg = RunConfig(tasks=str(tasks_file), concurrency=n, workers=workers, mode=mode,
+                    output_dir=str(out_dir), episodes=n * 100, seed=seed,
                     policy_concurrency=max(128, n))
     policy = make_policy("simulated", seed=seed, agent=agent, backend=backend, max_in_flight=cfg.policy_concurrency)
     started: dict[str, Any] = {}
@@ -490,15 +491,16 @@ async def profiled_run(base: str, n: int, warmup: float, seconds: float, workers
     """The engine with the (fast) simulated policy: CPU per step unprofiled, then (with ``pyspy_path``) a py-spy
     sample of the process into that file over half a window, then per phase under cProfile."""
     from engine.agent.prompts import AgentConfig
-    from engine.runner import RunConfig, run
+    from engine.config import RunConfig
+    from engine.runner import run
     from policy.registry import BackendConfig, make_policy
 
     agent = AgentConfig(interaction="som")
     backend = BackendConfig(sim_speed=sim_speed)
     tasks_file = out_dir / "tasks.jsonl"
     write_task_mix(tasks_file, 8, seed=0)
-    cfg = RunConfig(tasks=str(tasks_file), policy="simulated", concurrency=n, workers=workers,
-                    output_dir=str(out_dir / "runs"), episodes=n * 1000, agent=agent, backend=backend)
+    cfg = RunConfig(tasks=str(tasks_file), concurrency=n, workers=workers,
+                    output_dir=str(out_dir / "runs"), episodes=n * 1000)
     policy = make_policy("simulated", agent=agent, backend=backend)
     started: dict[str, Any] = {}
     stepping: set[str] = set()

@@ -272,7 +272,7 @@ class NetPolicy:
         self.allow = parse_entries(allow)
         for e in self.allow:
             if not e.specific:
-                raise ValueError(f"--net-allow {e.text!r}: give a port (HOST:PORT), an address, a CIDR or a URL "
+                raise ValueError(f"allow entry {e.text!r}: give a port (HOST:PORT), an address, a CIDR or a URL "
                                  "pattern; a bare host name cannot lift the private-network block")
         self.deny = parse_entries(deny)
         self.exempt = parse_entries(exempt)

@@ -289,7 +289,7 @@ class BrowserPool:
         if keys is None:
             if (self.cfg.listen or "").startswith("tcp://") and not self.cfg.insecure:
                 raise PoolError(f"the worker socket {self.cfg.listen} is on tcp: give it CURVE keys "
-                                "(--server-key, --allow-keys) or accept any peer with --insecure")
+                                "(PoolConfig.server_keys) or accept any peer with PoolConfig.insecure")
             return
         loop = asyncio.get_running_loop()  # refusals are reported from the ZAP handler's thread
         self._guard = CurveGuard(self._zctx, keys,

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.model_api import ChatRequest, LanguageModel, SamplingParams
+from engine.policy_api import PolicyError
 from engine.rewards import FactVerdict, Reward
 from engine.tasks import Task
-from policy.base import PolicyError
-from policy.model import ChatRequest, LanguageModel, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -245,23 +245,16 @@ class RubricJudge:
     """The rubric judge (module docstring). ``judge()`` may be called concurrently for many episodes; one
     semaphore of ``cfg.concurrency`` bounds the model calls of all of them.
 
-    ``model`` defaults to :class:`policy.openai_backend.OpenAIModel` on ``cfg.base_url``; the judge owns
-    the model it is given too: :meth:`start` starts it and :meth:`close` closes it.
+    The judge owns the model it is given (any :class:`LanguageModel`; the command line gives it
+    :class:`policy.openai_backend.OpenAIModel` on ``cfg.base_url``): :meth:`start` starts it and :meth:`close`
+    closes it.
     """
 
-    def __init__(self, cfg: JudgeConfig, model: LanguageModel | None = None) -> None:
+    def __init__(self, cfg: JudgeConfig, model: LanguageModel) -> None:
         if cfg.max_images < 1:
             raise ValueError("max_images must be >= 1")
         if cfg.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        if model is None:
-            if not cfg.base_url or not cfg.model:
-                raise ValueError("the judge needs base_url and model (or a LanguageModel)")
-            from policy.openai_backend import OpenAIModel  # aiohttp only when the default client is used
-
-            model = OpenAIModel(cfg.base_url, cfg.model, api_key=os.environ.get(cfg.api_key_env),
-                                max_in_flight=cfg.concurrency, timeout_s=cfg.timeout_s, retries=cfg.retries,
-                                backoff_s=cfg.backoff_s, backoff_max_s=cfg.backoff_max_s)
         self.cfg = cfg
         self.model = model
         self.model_name = model.model_name or cfg.model or model.name

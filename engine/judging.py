@@ -14,16 +14,16 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from engine.judge import JudgeConfig, JudgeError, RubricJudge
+from engine.judge import JudgeError, RubricJudge
+from engine.records import EpisodeRecord, Judgement
 from engine.store import RunStore, read_records
 from engine.tasks import Task, parse_task
 
 log = logging.getLogger(__name__)
 
 
-def episode_screenshots(record: dict[str, Any]) -> list[str]:
+def episode_screenshots(record: EpisodeRecord) -> list[str]:
     """The stored screenshots of an episode in step order, the final page last (each once)."""
     refs = [s["screenshot"] for s in record.get("steps", []) if s.get("screenshot")]
     final = (record.get("final") or {}).get("screenshot")
@@ -36,16 +36,16 @@ class JudgeQueue:
     """Judges episodes in the background and stores the verdicts; ``on_verdict(judgement, record)`` follows each."""
 
     def __init__(self, judge: RubricJudge, store: RunStore, max_episodes: int = 32,
-                 on_verdict: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> None:
+                 on_verdict: Callable[[Judgement, EpisodeRecord], None] | None = None) -> None:
         self.judge = judge
         self.store = store
         self.on_verdict = on_verdict
         self._slots = asyncio.Semaphore(max_episodes)
-        self._tasks: set[asyncio.Task[dict[str, Any]]] = set()
+        self._tasks: set[asyncio.Task[Judgement]] = set()
         self.judged = 0
         self.failed = 0
 
-    def submit(self, task: Task, record: dict[str, Any]) -> None:
+    def submit(self, task: Task, record: EpisodeRecord) -> None:
         """Queue one episode; returns at once."""
         t = asyncio.ensure_future(self._run(task, record))
         self._tasks.add(t)
@@ -60,9 +60,9 @@ class JudgeQueue:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def judge_record(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
+    async def judge_record(self, task: Task, record: EpisodeRecord) -> Judgement:
         """Judge one episode and store the verdict; never raises for a judge failure."""
-        judgement: dict[str, Any] = {"episode_id": record["episode_id"], "reward": None, "error": None}
+        judgement: Judgement = {"episode_id": record["episode_id"], "reward": None, "error": None}
         t0 = time.monotonic()
         try:
             refs = episode_screenshots(record)
@@ -85,27 +85,26 @@ class JudgeQueue:
     def _read(self, refs: list[str]) -> list[tuple[str, bytes]]:
         return [(ref, (Path(self.store.dir) / ref).read_bytes()) for ref in refs]
 
-    async def _run(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, task: Task, record: EpisodeRecord) -> Judgement:
         async with self._slots:
             return await self.judge_record(task, record)
 
 
-def submit_records(queue: JudgeQueue, run_dir: str | Path, records: list[dict[str, Any]]) -> None:
+def submit_records(queue: JudgeQueue, run_dir: str | Path, records: list[EpisodeRecord]) -> None:
     """Queue stored records of ``run_dir`` for judging (their tasks are read back from the records)."""
     for i, record in enumerate(records):
         queue.submit(parse_task(record["task"], Path(run_dir) / "episodes.jsonl", f"record {i + 1}"), record)
 
 
-async def rejudge(run_dir: str | Path, cfg: JudgeConfig, everything: bool = False) -> dict[str, int]:
+async def rejudge(run_dir: str | Path, judge: RubricJudge, everything: bool = False) -> dict[str, int]:
     """Judge the pending episodes of a run (every episode that reached its end, with ``everything``);
     verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome."""
     todo = [r for r in read_records(run_dir)
             if r["status"] == "judge_pending" or (everything and r["status"] in ("success", "failure"))]
-    judge = RubricJudge(cfg)
     store = RunStore(run_dir)
     await judge.start()
     try:
-        queue = JudgeQueue(judge, store, max_episodes=cfg.concurrency)
+        queue = JudgeQueue(judge, store, max_episodes=judge.cfg.concurrency)
         submit_records(queue, run_dir, todo)
         await queue.drain()
     finally:

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
 from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
+from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
+from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_text, mask_url
 from engine.rewards import FactVerdict, Reward, program_reward
 from engine.stats import RunStats
-from engine.store import FORMAT_VERSION, RunStore, episode_key
+from engine.store import RunStore, episode_key
 from engine.tasks import Task
-from policy.base import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 
 if TYPE_CHECKING:
     from engine.judging import JudgeQueue
@@ -159,7 +160,9 @@ class Rollout:
         self.episode_id = episode_key(task.task_id, sample)
         self.status = EpisodeStatus(self.episode_id, task.task_id, task=task.task_name)
         ctx.stats.move(None, self.status.state.value)
-        self.record: dict[str, Any] | None = None
+        self.record: EpisodeRecord | None = None
+        self.ended = asyncio.Event()  # set once the record is written
+        self.cut_requested = False  # the engine stopped this episode (a straggler) before it ran
         self.attempts = 0
         self.previous_errors: list[dict[str, str]] = []
         self._deadline: float | None = None  # loop time at which the episode's wall-clock cap expires
@@ -289,7 +292,7 @@ class Rollout:
         reply = await self._ask_policy(index)
         t_policy = time.monotonic()
         action = reply.action
-        step: dict[str, Any] = {
+        step: StepRecord = {
             "step": index, "url": self.current.url, "title": self.current.title,
             "screenshot": self.current_frame_path, "settled": self.current.settled,
             "action": action.to_dict(), "action_text": action.describe(), "reply": reply.text,
@@ -516,7 +519,7 @@ class Rollout:
         if self.record is not None:
             await self.ctx.policy.end_episode(self.episode_id)
 
-    def _write(self, status: str, reward: Reward | None = None, error: dict[str, str] | None = None) -> None:
+    def _write(self, status: RecordStatus, reward: Reward | None = None, error: RecordError | None = None) -> None:
         cur = self.current
         self.record = {
             "format_version": FORMAT_VERSION,
@@ -545,3 +548,4 @@ class Rollout:
         }
         self.ctx.store.append(self.record)
         self.ctx.stats.record_episode(status)
+        self.ended.set()

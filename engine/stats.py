@@ -32,6 +32,10 @@ class RunStats:
     peak_browser_pss: int = 0
     worker_restarts: int = 0
 
+    def restart_clock(self) -> None:
+        """Count elapsed time (and so steps/s) from now: after the browsers and the policy have started."""
+        self.started_at = time.monotonic()
+
     def record_step(self, latency_ms: float) -> None:
         self.steps += 1
         self.step_latencies_ms.append(latency_ms)

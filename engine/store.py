@@ -9,6 +9,9 @@ Layout::
 
 A record is one ``write`` of one line on a file opened with O_APPEND, so it is either there whole or
 not at all; a torn last line (the process killed inside the write) is cut off when the run resumes.
+The records' types, their format version and their validation live in :mod:`engine.records`: a reader
+refuses a run directory of another record format, or a complete line that is not a record, with a
+:class:`engine.records.RecordFormatError` that names the file and the line.
 
 An episode rewarded by the judge is recorded with status ``judge_pending`` as soon as it ends, so the
 rollout never waits for the judge; its verdict lands in ``judgements.jsonl`` later, and
@@ -24,14 +27,22 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import engine
+from engine.records import (
+    FORMAT_VERSION,
+    EpisodeRecord,
+    Judgement,
+    RecordFormatError,
+    decode_judgement,
+    decode_record,
+)
 from engine.redact import mask_text, redact_tree
 from engine.runlock import lock_run_dir
 
-FORMAT_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -106,13 +117,14 @@ class RunStore:
             os.close(fd)
         return rel
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: EpisodeRecord) -> None:
         """Append one episode record as a single line in a single write."""
         _append_line(self._fd, self.episodes_path, record)
 
-    def append_judgement(self, judgement: dict[str, Any]) -> None:
-        """Append one judge verdict (``episode_id``, ``status``, ``reward``, ``error``, ``judged_at``); an error
-        message (which may quote the judge's URL) has its credentials masked."""
+    def append_judgement(self, judgement: Judgement) -> None:
+        """Append one judge verdict (:class:`~engine.records.Judgement`: ``episode_id``, ``reward``, ``error``,
+        ``judged_at``, ``judge_ms``); an error message (which may quote the judge's URL) has its credentials
+        masked."""
         if isinstance(judgement.get("error"), str):
             judgement = {**judgement, "error": mask_text(judgement["error"])}
         if self._judgements_fd is None:
@@ -126,7 +138,7 @@ class RunStore:
             os.close(self._judgements_fd)
         self._lock.release()
 
-    def remove_unrecorded_frames(self, records: list[dict[str, Any]]) -> list[str]:
+    def remove_unrecorded_frames(self, records: list[EpisodeRecord]) -> list[str]:
         """Remove ``frames/<episode>/`` of every episode without a record (an attempt a killed or interrupted run
         left behind), so that the episode's rerun starts from an empty directory; returns the names removed.
         ``records``: the run's records (:func:`read_records`). Only for the run directory's writer."""
@@ -140,7 +152,7 @@ class RunStore:
         return removed
 
 
-def _append_line(fd: int, path: Path, obj: dict[str, Any]) -> None:
+def _append_line(fd: int, path: Path, obj: EpisodeRecord | Judgement) -> None:
     data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
     written = os.write(fd, data)
     if written != len(data):  # a full disk: never leave half a line behind
@@ -159,38 +171,52 @@ def _repair_tail(path: Path) -> None:
         f.truncate(data.rfind(b"\n") + 1)
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
+_R = TypeVar("_R", EpisodeRecord, Judgement)
+
+
+def _read_lines(path: Path, decode: Callable[..., _R] = decode_record) -> list[_R]:
+    """The validated records of a JSONL file (``decode``: :func:`~engine.records.decode_record` or
+    :func:`~engine.records.decode_judgement`). Its last line, when it has no newline and is not JSON, is a
+    torn write (a writer killed inside it, or still writing) and is left out; any other line that is not a
+    record raises :class:`~engine.records.RecordFormatError`."""
     if not path.exists():
         return []
+    lines = path.read_bytes().split(b"\n")
+    last = len(lines) - 1  # b"" when the file ends with a newline
     out = []
-    for line in path.read_bytes().split(b"\n"):
+    for i, line in enumerate(lines):
         if line.strip():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a torn last line
-                continue
+                out.append(decode(line, path=path, line_no=i + 1))
+            except RecordFormatError as exc:
+                if exc.malformed and i == last:  # a torn last line
+                    continue
+                raise
     return out
 
 
-def read_judgements(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+def read_judgements(run_dir: str | Path) -> dict[str, Judgement]:
     """The latest judge verdict of each episode."""
-    return {j["episode_id"]: j for j in _read_lines(Path(run_dir) / "judgements.jsonl")}
+    return {j["episode_id"]: j for j in _read_lines(Path(run_dir) / "judgements.jsonl", decode_judgement)}
 
 
-def merge_judgement(record: dict[str, Any], judgement: dict[str, Any]) -> dict[str, Any]:
+def merge_judgement(record: EpisodeRecord, judgement: Judgement) -> EpisodeRecord:
     """The record as the verdict leaves it: rewarded (success/failure), or still pending with the judge's error."""
-    merged = {**record, "judged_at": judgement.get("judged_at")}
-    if judgement.get("reward") is not None:
-        merged["reward"] = judgement["reward"]
-        merged["status"] = "success" if judgement["reward"]["value"] == 1.0 else "failure"
+    merged: EpisodeRecord = {**record, "judged_at": judgement.get("judged_at")}
+    reward = judgement.get("reward")
+    if reward is not None:
+        merged["reward"] = reward
+        merged["status"] = "success" if reward["value"] == 1.0 else "failure"
         merged.pop("judge_error", None)
     else:
         merged["judge_error"] = judgement.get("error")
     return merged
 
 
-def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All complete records of a run (a torn last line is ignored), with judge verdicts merged in."""
+def read_records(run_dir: str | Path) -> list[EpisodeRecord]:
+    """All complete records of a run (a torn last line is ignored), validated, with judge verdicts merged in.
+    Raises :class:`~engine.records.RecordFormatError` for a run directory of another record format or a
+    complete line that is not a record."""
     records = _read_lines(Path(run_dir) / "episodes.jsonl")
     judgements = read_judgements(run_dir)
     if not judgements:
@@ -199,7 +225,7 @@ def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
             for r in records]
 
 
-def finished_keys(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> set[str]:
+def finished_keys(run_dir: str | Path, records: list[EpisodeRecord] | None = None) -> set[str]:
     """Episodes that already have a record (what ``--resume`` skips); ``records``: the run's records, if read."""
     return {episode_key(r["task"]["task_id"], r.get("sample", 0))
             for r in (read_records(run_dir) if records is None else records)}

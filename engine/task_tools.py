@@ -268,9 +268,9 @@ def _clean_rewrite(text: str) -> str:
 
 
 def model_rewriter(model: Any, max_tokens: int = 256) -> Rewrite:
-    """A :data:`Rewrite` that asks a started :class:`policy.model.LanguageModel` (e.g. ``OpenAIModel``)
+    """A :data:`Rewrite` that asks a started :class:`engine.model_api.LanguageModel` (e.g. ``OpenAIModel``)
     with :data:`REWRITE_SYSTEM_PROMPT`, at temperature 0 (the same text gives the same rewrite)."""
-    from policy.model import ChatRequest, SamplingParams
+    from engine.model_api import ChatRequest, SamplingParams
 
     ids = itertools.count(1)
     sampling = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens, logprobs=False)

@@ -46,7 +46,7 @@ from engine.stats import RunStats
 
 if TYPE_CHECKING:
     from browserpool.pool import BrowserPool
-    from engine.runner import Engine
+    from engine.core import EngineCore
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -134,8 +134,8 @@ class TelemetryPublisher:
     # --- wiring -------------------------------------------------------------------------------------
     def _bind(self, endpoint: str, hwm: int, keys: ServerKeys | None, insecure: bool) -> None:
         if keys is None and endpoint.startswith("tcp://") and not insecure:
-            raise KeyFileError(f"telemetry on {endpoint} is tcp: give the engine CURVE keys (--server-key, "
-                               "--allow-keys) or accept any subscriber with --insecure")
+            raise KeyFileError(f"telemetry on {endpoint} is tcp: give the engine CURVE keys (RunConfig.server_key, "
+                               "allow_keys) or accept any subscriber with RunConfig.insecure")
         self._ctx = zmq.Context(io_threads=1)
         sock = self._ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.MAXMSGSIZE, 4096)  # a subscriber only ever sends (un)subscriptions
@@ -164,15 +164,13 @@ class TelemetryPublisher:
         tmp.write_text(json.dumps(info))
         tmp.replace(self.run_dir / ENDPOINT_FILE)  # atomic: a monitor never reads half a file
 
-    def attach(self, engine: Engine) -> None:
-        """Read the counters, pool, policy queue and judge queue of an engine."""
-        self.stats = engine.stats
-        self.pool = engine.ctx.pool
-        self.policy_slots = engine.ctx.policy_slots
-        self.policy_cap = engine.cfg.policy_concurrency
-        if engine.judge_queue is not None:
-            jq = engine.judge_queue
-            self.judge_pending = lambda: jq.pending
+    def attach(self, core: EngineCore) -> None:
+        """Read the counters, pool, policy queue and judge queue of an engine core."""
+        self.stats = core.stats
+        self.pool = core.pool
+        self.policy_slots = core.policy_slots
+        self.policy_cap = core.policy_cap
+        self.judge_pending = lambda: core.judge_queue.pending if core.judge_queue is not None else 0
 
     def add_episodes(self, episodes: Iterable[tuple[str, str]]) -> None:
         """Announce planned episodes ``(episode_id, task_id)``: they show as not started until they move."""

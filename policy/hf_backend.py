@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from policy.base import PolicyError
-from policy.model import ChatRequest, Generation, LanguageModel, SamplingParams
+from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
+from engine.policy_api import PolicyError
 from policy.prompting import (
     PromptError,
     build_prompt_ids,

@@ -4,7 +4,7 @@ benchmarks where the policy must cost nothing. Not an agent."""
 from __future__ import annotations
 
 from engine.actions import AgentAction
-from policy.base import Policy, PolicyReply, PolicyRequest
+from engine.policy_api import Policy, PolicyReply, PolicyRequest
 
 
 class InstantPolicy(Policy):

@@ -43,8 +43,8 @@ from typing import Any, Literal
 
 import aiohttp
 
-from policy.base import PolicyError
-from policy.model import ChatRequest, Generation, LanguageModel
+from engine.model_api import ChatRequest, Generation, LanguageModel
+from engine.policy_api import PolicyError
 
 ImageTransport = Literal["data_url", "file_url"]
 

@@ -11,7 +11,7 @@ import random
 import zlib
 
 from engine.actions import AgentAction
-from policy.base import Policy, PolicyReply, PolicyRequest
+from engine.policy_api import Policy, PolicyReply, PolicyRequest
 
 _WORDS = ("mug", "lamp", "paris", "london", "history", "review", "blue", "2", "hello", "search")
 _KEYS = ("Enter", "Tab", "ArrowDown", "Escape", "PageDown")

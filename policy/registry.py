@@ -11,8 +11,9 @@ import os
 from dataclasses import dataclass
 
 from engine.agent.prompts import AgentConfig
-from policy.base import Policy
-from policy.model import LanguageModel, SamplingParams
+from engine.judge import JudgeConfig, RubricJudge
+from engine.model_api import LanguageModel, SamplingParams
+from engine.policy_api import Policy
 
 DIRECT_POLICIES = ("scripted", "random", "instant", "miniwob-scripted")
 MODEL_BACKENDS = ("openai", "hf", "vllm", "simulated")
@@ -41,10 +42,11 @@ def make_model(name: str, backend: BackendConfig, seed: int = 0, max_in_flight: 
         from policy.simulated import LatencyModel, SimulatedModel
         return SimulatedModel(seed=seed, latency=LatencyModel(speed=backend.sim_speed))
     if not backend.model:
-        raise ValueError(f"--policy {name} needs --model")
+        raise ValueError(f"the {name} backend needs BackendConfig.model (the CLI's --model)")
     if name == "openai":
         if not backend.base_url:
-            raise ValueError("--policy openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+            raise ValueError("the openai backend needs BackendConfig.base_url (the CLI's --base-url), "
+                             "e.g. http://127.0.0.1:8000/v1")
         from policy.openai_backend import OpenAIModel
         return OpenAIModel(backend.base_url, backend.model, api_key=os.environ.get(backend.api_key_env),
                            max_in_flight=max_in_flight, timeout_s=backend.timeout_s,
@@ -79,3 +81,15 @@ def make_policy(name: str, seed: int = 0, agent: AgentConfig | None = None, samp
         model = make_model(name, backend or BackendConfig(), seed, max_in_flight, run_dir)
         return AgentPolicy(model, agent, sampling)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+
+
+def make_judge(cfg: JudgeConfig) -> RubricJudge:
+    """The rubric judge on ``cfg.base_url`` (any OpenAI-compatible server); ValueError without one."""
+    if not cfg.base_url or not cfg.model:
+        raise ValueError("the judge needs JudgeConfig.base_url and JudgeConfig.model")
+    from policy.openai_backend import OpenAIModel
+
+    model = OpenAIModel(cfg.base_url, cfg.model, api_key=os.environ.get(cfg.api_key_env),
+                        max_in_flight=cfg.concurrency, timeout_s=cfg.timeout_s, retries=cfg.retries,
+                        backoff_s=cfg.backoff_s, backoff_max_s=cfg.backoff_max_s)
+    return RubricJudge(cfg, model)

@@ -1,7 +1,7 @@
 """A test server: a stand-in for a vLLM server in tests.
 
 :class:`ChatTestServer` speaks the OpenAI chat-completions protocol over real HTTP on 127.0.0.1 (aiohttp.web,
-a random port) around any :class:`policy.model.LanguageModel`: it turns ``image_url`` parts (``data:`` URLs,
+a random port) around any :class:`engine.model_api.LanguageModel`: it turns ``image_url`` parts (``data:`` URLs,
 or ``file://`` URLs like vLLM's ``--allowed-local-media-path``) back into JPEG bytes and our image parts,
 calls ``model.generate`` and answers in the OpenAI shape (``choices[0].message``, ``logprobs.content``,
 ``finish_reason``, ``usage``). Token strings in the logprobs are ``"token_id:N"`` when the request asks
@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 
 from aiohttp import web
 
-from policy.model import ChatRequest, LanguageModel, SamplingParams
+from engine.model_api import ChatRequest, LanguageModel, SamplingParams
 
 _DATA_URL_PREFIX = "data:image/jpeg;base64,"
 

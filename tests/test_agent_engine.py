@@ -15,10 +15,11 @@ import pytest
 
 from engine._imgcodec import decode
 from engine.agent.prompts import AgentConfig
-from engine.runner import RunConfig, run
+from engine.config import RunConfig
+from engine.model_api import image_refs
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
-from policy.model import image_refs
 from policy.registry import BackendConfig, make_policy
 from tests.conftest import subset
 
@@ -54,8 +55,8 @@ async def test_simulated_policy_in_coordinate_mode(tmp_path: Path, sites: str) -
     tasks = subset(tmp_path, per_site=2)
     n = len(tasks.read_text().splitlines())
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1,
-                    policy="simulated", backend=BackendConfig(sim_speed=50))
-    stats, run_dir = await run(cfg, make_policy("simulated", backend=cfg.backend), sites)
+                    )
+    stats, run_dir = await run(cfg, make_policy("simulated", backend=BackendConfig(sim_speed=50)), sites)
     records = check_records(run_dir, n, som=False)
     assert stats.summary()["lost"] == 0
     frames = [s["parsed"]["frames"] for r in records for s in r["steps"] if s["parsed"]["frames"]]
@@ -76,8 +77,8 @@ async def test_simulated_policy_in_som_mode(tmp_path: Path, sites: str) -> None:
     n = len(tasks.read_text().splitlines())
     agent = AgentConfig(interaction="som")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1,
-                    policy="simulated", agent=agent, backend=BackendConfig(sim_speed=50))
-    _, run_dir = await run(cfg, make_policy("simulated", agent=agent, backend=cfg.backend), sites)
+                    )
+    _, run_dir = await run(cfg, make_policy("simulated", agent=agent, backend=BackendConfig(sim_speed=50)), sites)
     records = check_records(run_dir, n, som=True)
     by_element = [s for r in records for s in r["steps"] if s["action"].get("element_id") is not None]
     assert by_element, "the simulated model picks element ids in SoM mode"

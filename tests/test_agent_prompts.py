@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from engine.actions import AgentAction
 from engine.agent.context import build_messages
 from engine.agent.prompts import AgentConfig, PromptTemplates, fill, fill_rows, system_prompt
+from engine.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.policy_api import PolicyRequest, StepView
 from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
-from policy.base import PolicyRequest, StepView
-from policy.model import ChatRequest, Generation, LanguageModel, image_refs
 from policy.registry import BackendConfig, make_policy
 
 TASK = Task("t1", "Find the price of the blue mug", "http://shop.test/")
@@ -182,9 +182,9 @@ async def test_agent_policy_som_element_ids_and_bad_replies() -> None:
 
 
 def test_registry_checks_backend_options() -> None:
-    with pytest.raises(ValueError, match="needs --model"):
+    with pytest.raises(ValueError, match="needs BackendConfig.model"):
         make_policy("hf")
-    with pytest.raises(ValueError, match="needs --base-url"):
+    with pytest.raises(ValueError, match="needs BackendConfig.base_url"):
         make_policy("openai", backend=BackendConfig(model="qwen"))
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("gpt")

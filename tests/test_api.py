@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from engine.api import RolloutService
-from engine.runner import RunConfig
+from engine.config import RunConfig
+from engine.policy_api import Policy
+from engine.runner import run
 from engine.store import read_records
 from engine.tasks import load_tasks
-from policy.base import Policy
 from policy.registry import make_policy
 from tests.conftest import subset
+from tui.feed import SocketFeed
+from tui.model import MonitorModel
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -59,3 +63,36 @@ async def test_a_policy_that_cannot_start_ends_its_episodes_with_errors(tmp_path
         records = await asyncio.wait_for(service.gather(ids), 60)
     assert [r["status"] for r in records] == ["error"] * len(ids)
     assert all("weights not found" in r["error"]["message"] for r in records)
+
+
+async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server: str) -> None:
+    """Telemetry (a monitor attached to a service sees its cells), sync mode, memory sampling and the same stats
+    as `run`: both are clients of one engine core."""
+    tasks_file = subset(tmp_path, per_site=1)
+    tasks = load_tasks(tasks_file, site_server)[:4]
+    cfg = RunConfig(tasks=str(tasks_file), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, mode="sync",
+                    memory_sample_s=0.5)
+    model = MonitorModel()
+    async with RolloutService(cfg, base_url=site_server) as service:
+        assert service.run_dir is not None
+        feed = SocketFeed(run_dir=service.run_dir, poll_s=0.05)
+        watcher = asyncio.ensure_future(feed.run(model.apply, lambda _: None))
+        transitions: list[tuple[str, str]] = []
+        service.core.on_status(lambda st: transitions.append((st.episode_id, st.state.value)))
+        ids = service.submit(tasks, make_policy("scripted"))
+        records = await asyncio.wait_for(service.gather(ids), 120)
+        await asyncio.sleep(0.5)  # a telemetry tick or two after the last record
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        service_summary = service.stats.summary()
+    assert set(model.cells) == set(ids) and model.counts()["F"] == 4  # the monitor saw every cell finish
+    assert service_summary["peak_browser_pss_mib"] > 0 and service_summary["episodes"] == 4
+    # Sync mode: the second batch of two started only after the first batch had ended (lock-step batches).
+    first_start = {e: transitions.index((e, "W")) for e in ids}
+    first_end = {e: transitions.index((e, "F")) for e in ids}
+    assert min(first_start[e] for e in ids[2:]) > max(first_end[e] for e in ids[:2]), transitions
+    assert {r["mode"] for r in records} == {"sync"}
+    run_stats, _ = await run(dataclasses.replace(cfg, telemetry=None, episodes=4), make_policy("scripted"),
+                             site_server)
+    assert set(run_stats.summary()) == set(service_summary)
+    assert run_stats.summary()["peak_browser_pss_mib"] > 0

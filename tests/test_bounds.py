@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,16 @@ from browserpool.pool import BrowserPool
 from browserpool.worker import BrowserWorker
 from engine.agent.prompts import AgentConfig
 from engine.bounds import ELLIPSIS, PageLimits
+from engine.config import RunConfig
+from engine.core import EngineCore
 from engine.judge import JudgeConfig
-from engine.runner import Engine, RunConfig, plan_episodes, run
+from engine.model_api import ChatRequest, Generation, LanguageModel
+from engine.policy_api import Policy
+from engine.runner import plan_episodes, run
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
 from engine.store import RunStore, read_records
 from engine.tasks import load_tasks
-from policy.base import Policy
-from policy.model import ChatRequest, Generation, LanguageModel
 from policy.registry import BackendConfig, make_policy
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import inproc_pool, open_session, subset
@@ -68,13 +71,14 @@ def a_task(task_id: str, website: str, max_steps: int = 3, solution: list | None
 
 async def run_on(pool: BrowserPool, cfg: RunConfig, policy: Policy, base_url: str, run_dir: Path
                  ) -> tuple[RunStats, list[dict[str, Any]]]:
-    """Run every task of ``cfg.tasks`` once through an Engine on ``pool``; returns (stats, records)."""
+    """Run every task of ``cfg.tasks`` once through an engine core on ``pool``; returns (stats, records)."""
     store = RunStore(run_dir)
-    await policy.start()
+    core = EngineCore(cfg, pool=pool, store=store)
+    await core.start()
     try:
-        stats = await Engine(cfg, pool, policy, store).run(plan_episodes(load_tasks(cfg.tasks, base_url), None, set()))
+        stats = await core.run_plan(policy, plan_episodes(load_tasks(cfg.tasks, base_url), None, set()))
     finally:
-        await policy.close()
+        await core.close()
         store.close()
     return stats, read_records(run_dir)
 
@@ -248,10 +252,11 @@ async def test_credentials_in_urls_never_reach_the_run_directory(
     check = {"kind": "js", "expr": "new URLSearchParams(location.search).get('token').length === 11"}
     tasks = task_file(tmp_path, a_task("secret", website, max_steps=2, check=check,
                                        solution=[{"action": "answer", "text": "done"}]))
-    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=1, workers=1,
-                    backend=BackendConfig(base_url="http://bob:b4seP4ss@127.0.0.1:9/v1?api_key=sk-judge-999"),
-                    judge=JudgeConfig(base_url="http://127.0.0.1:9/v1?key=sk-judge-999"), reward="program")
-    stats, run_dir = await run(cfg, make_policy("scripted"), site_server)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=1, workers=1, reward="program")
+    # What the command line records beside the config: the model backend's and the judge's settings.
+    manifest = {"backend": asdict(BackendConfig(base_url="http://bob:b4seP4ss@127.0.0.1:9/v1?api_key=sk-judge-999")),
+                "judge": asdict(JudgeConfig(base_url="http://127.0.0.1:9/v1?key=sk-judge-999"))}
+    stats, run_dir = await run(cfg, make_policy("scripted"), site_server, manifest=manifest)
     [rec] = read_records(run_dir)
     assert rec["status"] == "success", rec  # the engine navigated with the real URL
     assert rec["task"]["website"] == f"http://***@{host}/fixtures/click.html?token=***&page=1"

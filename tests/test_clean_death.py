@@ -65,7 +65,7 @@ def tasks(tmp_path: Path) -> Path:
 
 def engine_cmd(tasks: Path, output: Path, *extra: str) -> list[str]:
     # The random policy takes up to 10 steps per episode: episodes stay in flight long enough to be cut.
-    return [sys.executable, "-m", "engine.cli", "run", "--tasks", str(tasks), "--policy", "random",
+    return [sys.executable, "-m", "cli.main", "run", "--tasks", str(tasks), "--policy", "random",
             "--concurrency", "4", "--workers", "1", "--telemetry", "off", "--output", str(output), *extra]
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from browserpool.config import WorkerConfig
 from engine._imgcodec import jpeg_size
-from engine.runner import RunConfig, run
+from engine.config import RunConfig
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.registry import make_policy

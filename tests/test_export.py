@@ -19,7 +19,8 @@ from engine._imgcodec import QWEN2_VL
 from engine.actions import AgentAction
 from engine.agent.coords import CoordFrame, parse_action
 from engine.agent.prompts import AgentConfig
-from engine.runner import RunConfig, run
+from engine.config import RunConfig
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from engine.tasks import BUNDLED_TASKS

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.runner import Engine, RunConfig, run
+from engine.config import RunConfig
+from engine.core import EngineCore
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.instant import InstantPolicy
@@ -37,27 +39,27 @@ def long_tasks(tmp_path: Path, n: int, steps: int) -> Path:
     return path
 
 
-async def run_and_kill(tmp_path: Path, sites: str, target: str, retry_lost: int) -> tuple[list[dict], Engine]:
+async def run_and_kill(tmp_path: Path, sites: str, target: str, retry_lost: int) -> tuple[list[dict], EngineCore]:
     """Run 6 long episodes on 2 workers; SIGKILL one worker (or its browser) once 12 steps are done."""
     cfg = RunConfig(tasks=str(long_tasks(tmp_path, 6, 25)), output_dir=str(tmp_path / "runs"), concurrency=6,
                     workers=2, retry_lost=retry_lost)
-    engines: list[Engine] = []
+    engines: list[EngineCore] = []
     killed: list[int] = []
     replaced: list[bool] = []
 
-    async def killer(engine: Engine) -> None:
+    async def killer(engine: EngineCore) -> None:
         while engine.stats.steps < 12:
             await asyncio.sleep(0.05)
-        victim = engine.ctx.pool.workers["w0"]
+        victim = engine.pool.workers["w0"]
         pid = victim.pid if target == "worker" else victim.browser_pid
         assert pid > 0
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
         await asyncio.sleep(0.5)
-        await engine.ctx.pool.wait_for_workers(2, 60)  # the replacement joins while the run goes on
+        await engine.pool.wait_for_workers(2, 60)  # the replacement joins while the run goes on
         replaced.append(True)
 
-    def on_start(engine: Engine, _run_dir: Path) -> None:
+    def on_start(engine: EngineCore, _run_dir: Path) -> None:
         engines.append(engine)
         asyncio.ensure_future(killer(engine))
 
@@ -80,7 +82,7 @@ async def test_killed_episodes_end_with_an_error_record(tmp_path: Path, sites: s
         assert r["worker"] == "w0"
     # Episodes on the other worker finished normally.
     assert all(r["status"] == "success" and len(r["steps"]) == 25 for r in records if r["worker"] != "w0")
-    assert engine.ctx.pool.restarts == 1
+    assert engine.pool.restarts == 1
 
 
 async def test_killed_episodes_are_retried_once(tmp_path: Path, sites: str) -> None:
@@ -90,7 +92,7 @@ async def test_killed_episodes_are_retried_once(tmp_path: Path, sites: str) -> N
     assert retried and all(r["previous_errors"][0]["kind"] == "worker_lost" for r in retried)
     assert all(len(r["steps"]) == 25 for r in records)
     # No shared-memory segment of the dead worker is left behind.
-    dead = [h for h in engine.ctx.pool.workers.values() if not h.alive]
+    dead = [h for h in engine.pool.workers.values() if not h.alive]
     assert dead and all(not Path("/dev/shm", h.shm_name or "x").exists() for h in dead)
 
 

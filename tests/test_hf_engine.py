@@ -17,10 +17,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from engine.runner import RunConfig, run  # noqa: E402
+from engine.config import RunConfig  # noqa: E402
+from engine.model_api import SamplingParams  # noqa: E402
+from engine.runner import run  # noqa: E402
 from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
-from policy.model import SamplingParams  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402
@@ -55,10 +56,9 @@ def check_model_records(run_dir: Path, n: int) -> list[dict]:
 async def test_tiny_hf_model_in_coordinate_mode(tmp_path: Path, sites: str, tiny_qwen3: Path) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
-    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, policy="hf",
-                    sampling=SamplingParams(max_tokens=12, seed=0),
-                    backend=BackendConfig(model=str(tiny_qwen3), device="cpu", max_batch=4))
-    policy = make_policy("hf", agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1)
+    policy = make_policy("hf", sampling=SamplingParams(max_tokens=12, seed=0),
+                         backend=BackendConfig(model=str(tiny_qwen3), device="cpu", max_batch=4))
     model = policy.model  # type: ignore[attr-defined]
     # A first request waits up to 5 ms for company by default: on a loaded 2-core machine the rollouts' requests
     # may never coincide that closely. A longer wait makes the batching this test is about certain to happen.
@@ -73,7 +73,7 @@ def test_tiny_hf_model_in_som_mode_from_the_command_line(tmp_path: Path, tiny_qw
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "run", "--tasks", str(tasks), "--policy", "hf", "--model", str(tiny_qwen3),
+        [sys.executable, "-m", "cli.main", "run", "--tasks", str(tasks), "--policy", "hf", "--model", str(tiny_qwen3),
          "--device", "cpu", "--interaction", "som", "--max-tokens", "12", "--concurrency", "4", "--workers", "1",
          "--output", str(tmp_path / "runs"), "--context-window", "2"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -84,5 +84,6 @@ def test_tiny_hf_model_in_som_mode_from_the_command_line(tmp_path: Path, tiny_qw
         for step in r["steps"]:
             assert "Interactive elements on the screenshot:" in step["messages"][-1]["content"][-1]["text"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["config"]["agent"] == {**manifest["config"]["agent"], "interaction": "som", "window": 2}
+    agent = manifest["config"]["policy_info"]["agent"]
+    assert agent == {**agent, "interaction": "som", "window": 2}
     assert manifest["config"]["policy_info"]["resize"]["factor"] == 32  # the tiny model's own processor

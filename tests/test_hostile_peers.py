@@ -22,7 +22,9 @@ import zmq.asyncio
 from browserpool import protocol as P
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
-from engine.runner import Engine, RunConfig, load_task_source, plan_episodes, run
+from engine.config import RunConfig
+from engine.core import EngineCore
+from engine.runner import load_task_source, plan_episodes, run
 from engine.sites.server import SiteServer
 from engine.store import RunStore, read_records
 from policy.registry import make_policy
@@ -107,10 +109,10 @@ async def test_hostile_messages_leave_a_run_complete(tmp_path: Path, sites: str)
 
     pools: list[BrowserPool] = []
 
-    def on_start(engine: Engine, run_dir: Path) -> None:
-        pools.append(engine.ctx.pool)
-        engine.ctx.pool.on_event = lambda kind, msg: events.append((kind, msg))
-        attacks.append(asyncio.ensure_future(attack(engine.ctx.pool.endpoint)))
+    def on_start(core: EngineCore, run_dir: Path) -> None:
+        pools.append(core.pool)
+        core.pool.on_event = lambda kind, msg: events.append((kind, msg))
+        attacks.append(asyncio.ensure_future(attack(core.pool.endpoint)))
 
     stats, run_dir = await run(cfg, make_policy("scripted"), sites, on_start=on_start)
     await attacks[0]
@@ -209,9 +211,13 @@ async def test_a_worker_that_never_answers_costs_only_its_episodes(tmp_path: Pat
         await pool.wait_for_workers(2, 10)
         plan = plan_episodes(load_task_source(cfg.tasks, sites), None, set())
         store = RunStore(tmp_path / "run")
-        engine = Engine(cfg, pool, make_policy("scripted"), store)
-        stats = await asyncio.wait_for(engine.run(plan), 240)
-        store.close()
+        core = EngineCore(cfg, pool=pool, store=store)
+        await core.start()
+        try:
+            stats = await asyncio.wait_for(core.run_plan(make_policy("scripted"), plan), 240)
+        finally:
+            await core.close()
+            store.close()
     finally:
         await silent.close()
         await pool.close()
@@ -234,7 +240,8 @@ async def test_a_broken_receive_loop_fails_the_run_loudly(tmp_path: Path, sites:
     store = RunStore(tmp_path / "run")
     try:
         plan = plan_episodes(load_task_source(cfg.tasks, sites), None, set())
-        engine = Engine(cfg, pool, make_policy("scripted"), store)
+        core = EngineCore(cfg, pool=pool, store=store)
+        await core.start()
         # The next receive fails as a broken socket would; the loop must not die silently.
         original = zmq.asyncio.Socket.recv_multipart
 
@@ -246,7 +253,8 @@ async def test_a_broken_receive_loop_fails_the_run_loudly(tmp_path: Path, sites:
         monkeypatch.setattr(zmq.asyncio.Socket, "recv_multipart", broken)
         # Wake the loop: it is waiting in a receive that began before the patch; a heartbeat completes it.
         with pytest.raises(PoolError, match="simulated socket failure"):
-            await asyncio.wait_for(engine.run(plan), 120)
+            await asyncio.wait_for(core.run_plan(make_policy("scripted"), plan), 120)
+        await core.close()
     finally:
         store.close()
         await pool.close()

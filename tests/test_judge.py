@@ -23,9 +23,10 @@ import pytest_asyncio
 
 from engine import _imgcodec
 from engine.judge import JudgeConfig, JudgeError, RubricJudge, even_sample, parse_verdict
+from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.rewards import Reward
 from engine.tasks import RubricGroup, Task
-from policy.model import ChatRequest, Generation, LanguageModel
+from policy.registry import make_judge
 from tests.chat_test_server import ChatTestServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -118,10 +119,10 @@ async def stand() -> AsyncIterator[tuple[ScriptedJudgeTestModel, ChatTestServer]
 @contextlib.asynccontextmanager
 async def started_judge(server: ChatTestServer, cache_dir: Path | None = None, **kw: Any
                         ) -> AsyncIterator[RubricJudge]:
-    """A judge on ``server`` through its default OpenAI client, with quick retries."""
+    """A judge on ``server`` through the OpenAI client the command line gives it, with quick retries."""
     cfg = JudgeConfig(base_url=server.base_url, model=SERVED, retries=1, backoff_s=0.01, backoff_max_s=0.02,
                       timeout_s=5.0, cache_dir=str(cache_dir) if cache_dir else None, **kw)
-    judge = RubricJudge(cfg)
+    judge = make_judge(cfg)
     await judge.start()
     try:
         yield judge

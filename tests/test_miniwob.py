@@ -13,6 +13,7 @@ import pytest
 
 from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.protocol import ERR_REFUSED, BrowserAction
+from engine.config import RunConfig
 from engine.miniwob import (
     PROBE_JS,
     SETUP_JS,
@@ -22,7 +23,7 @@ from engine.miniwob import (
     task_names,
     write_miniwob_tasks,
 )
-from engine.runner import RunConfig, run
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from engine.tasks import load_tasks

@@ -15,8 +15,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from engine.config import RunConfig
 from engine.rollout import EpisodeStatus, Op, State
-from engine.runner import RunConfig, run
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
 from engine.telemetry import ENDPOINT_FILE, TelemetryPublisher, ipc_endpoint, resolve_endpoint
@@ -347,9 +348,9 @@ async def test_detach_and_reattach_to_a_running_engine(tmp_path: Path, sites: st
     ctx = zmq.asyncio.Context()
     try:
         run_dir: Path | None = None
-        while run_dir is None or not (run_dir / ENDPOINT_FILE).exists():
+        while run_dir is None or not (run_dir / ENDPOINT_FILE).exists():  # the core never writes cfg back
             await asyncio.sleep(0.05)
-            run_dir = Path(cfg.run_dir) if cfg.run_dir else None
+            run_dir = latest_run(tmp_path / "runs") if (tmp_path / "runs").exists() else None
         endpoint = json.loads((run_dir / ENDPOINT_FILE).read_text())["endpoint"]
         assert endpoint.startswith("tcp://127.0.0.1:")
         seen: list[set[str]] = []

@@ -593,7 +593,8 @@ async def test_allow_private_network_lets_a_loopback_server_through(
 
 async def test_the_bundled_sites_work_with_the_policy_on(tmp_path: Path) -> None:
     """A short engine run of a few bundled tasks (spawned workers, the policy on by default) succeeds."""
-    from engine.runner import RunConfig, run
+    from engine.config import RunConfig
+    from engine.runner import run
     from engine.sites.server import SiteServer
     from engine.store import read_records
     from policy.registry import make_policy
@@ -616,7 +617,8 @@ async def test_refused_loads_land_in_the_record_and_the_episode_succeeds(
     the metadata address is a step with the refusal in its note and events, not an error."""
     import json
 
-    from engine.runner import RunConfig, run
+    from engine.config import RunConfig
+    from engine.runner import run
     from engine.store import read_records
     from policy.registry import make_policy
 
@@ -670,7 +672,7 @@ async def test_webrtc_cannot_send_udp_past_the_proxy(guarded: tuple[BrowserWorke
 def test_bad_policy_entries_stop_the_cli_before_anything_starts() -> None:
     from click.testing import CliRunner
 
-    from engine.cli import main
+    from cli.main import main
 
     res = CliRunner().invoke(main, ["run", "--net-allow", "intranet.example", "--episodes", "1"])
     assert res.exit_code != 0 and "bare host name" in res.output

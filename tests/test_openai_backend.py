@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from policy.base import PolicyError
-from policy.model import ChatRequest, Generation, LanguageModel, SamplingParams, image_refs
+from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams, image_refs
+from engine.policy_api import PolicyError
 from policy.openai_backend import OpenAIModel, _parse_retry_after
 from tests.chat_test_server import ChatTestServer
 

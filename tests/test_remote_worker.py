@@ -29,7 +29,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def start_worker(endpoint: str, worker_id: str, *extra: str) -> subprocess.Popen[bytes]:
     # No network-policy flags: a worker started by hand takes the engine's policy (and its sites) from Welcome.
-    return subprocess.Popen([sys.executable, "-m", "engine.cli", "worker", "--connect", endpoint,
+    return subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--connect", endpoint,
                              "--worker-id", worker_id, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

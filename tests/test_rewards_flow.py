@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from engine.judge import JudgeConfig
-from engine.runner import RunConfig, run
+from engine.api import RolloutService
+from engine.config import RunConfig
+from engine.judge import JudgeConfig, RubricJudge
+from engine.model_api import ChatRequest, Generation, LanguageModel
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
-from policy.model import ChatRequest, Generation, LanguageModel
-from policy.registry import make_policy
+from engine.tasks import load_tasks
+from policy.registry import make_judge, make_policy
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import subset
 
@@ -80,9 +83,14 @@ async def judge_server() -> AsyncIterator[ChatTestServer]:
         yield server
 
 
-def judged_config(tmp_path: Path, server: ChatTestServer, tasks: Path, **judge: object) -> RunConfig:
-    return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, reward="judge",
-                     judge=JudgeConfig(base_url=server.base_url, model="judge", backoff_s=0.01, **judge))
+def judged_config(tmp_path: Path, tasks: Path) -> RunConfig:
+    return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, reward="judge")
+
+
+def judge_of(tmp_path: Path, server: ChatTestServer, **judge: object) -> RubricJudge:
+    """The judge on the test server, its verdicts cached where `webgym-engine judge` looks (beside the runs)."""
+    return make_judge(JudgeConfig(base_url=server.base_url, model="judge", backoff_s=0.01,
+                                  cache_dir=str(tmp_path / "runs" / "judge-cache"), **judge))  # type: ignore[arg-type]
 
 
 def raw_records(run_dir: Path) -> list[dict]:
@@ -94,8 +102,8 @@ async def test_the_judge_never_holds_up_the_rollouts(tmp_path: Path, sites: str,
     n = len(tasks.read_text().splitlines())
     judge_server.latency_s = 0.4  # a slow judge: each episode needs several calls, two at a time
     try:
-        stats, run_dir = await run(judged_config(tmp_path, judge_server, tasks, concurrency=2),
-                                   make_policy("scripted"), sites)
+        stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
+                                   judge=judge_of(tmp_path, judge_server, concurrency=2))
     finally:
         judge_server.latency_s = 0.0
     raw = raw_records(run_dir)
@@ -119,8 +127,8 @@ async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Pa
     n = len(tasks.read_text().splitlines())
     judge_server.fail_next(10_000, 500, message="judge down")
     try:
-        stats, run_dir = await run(judged_config(tmp_path, judge_server, tasks, retries=1), make_policy("scripted"),
-                                   sites)
+        stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
+                                   judge=judge_of(tmp_path, judge_server, retries=1))
     finally:
         judge_server.clear_faults()
     records = read_records(run_dir)
@@ -130,7 +138,7 @@ async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Pa
     async def judge_cli(*extra: str) -> int:
         # A real subprocess, awaited without blocking this loop, which serves the test server.
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "engine.cli", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
+            sys.executable, "-m", "cli.main", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
             "--judge-model", "judge", *extra, stderr=asyncio.subprocess.PIPE)
         _, err = await proc.communicate()
         assert b"judged" in err, err.decode()
@@ -149,8 +157,22 @@ async def test_auto_reward_prefers_the_task_checks(tmp_path: Path, sites: str, j
                  "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names a product"]}]}
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(checked) + "\n" + json.dumps(unchecked) + "\n")
-    cfg = judged_config(tmp_path, judge_server, tasks)
+    cfg = judged_config(tmp_path, tasks)
     cfg.reward = "auto"
-    _, run_dir = await run(cfg, make_policy("scripted"), sites)
+    _, run_dir = await run(cfg, make_policy("scripted"), sites, judge=judge_of(tmp_path, judge_server))
     sources = {r["task"]["task_id"]: r["reward"]["source"] for r in read_records(run_dir)}
     assert sources == {checked["task_id"]: "program", "no-checks": "judge"}
+
+
+async def test_the_service_cuts_stragglers_of_a_batch_like_run(tmp_path: Path, sites: str) -> None:
+    fast = [json.loads(line) for line in subset(tmp_path, per_site=1).read_text().splitlines()]
+    tasks_file = tmp_path / "tasks.jsonl"
+    tasks_file.write_text("\n".join(json.dumps(r) for r in [*fast, slow_task("slow", waits=8, seconds=3.0)]) + "\n")
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=5, workers=1, telemetry=None,
+                    straggler_fraction=0.8, straggler_grace_s=1.0)
+    async with RolloutService(cfg, base_url=sites) as service:
+        ids = service.submit(load_tasks(tasks_file, sites), make_policy("scripted"))
+        records = {r["task"]["task_id"]: r for r in await asyncio.wait_for(service.gather(ids), 60)}
+    slow = records.pop("slow")
+    assert slow["status"] == "error" and slow["error"]["kind"] == "straggler" and len(slow["steps"]) < 8
+    assert {r["status"] for r in records.values()} == {"success"}

@@ -51,6 +51,7 @@ concurrency = 16
 workers = 1
 device = "cpu"
 max_tokens = 8
+step_caps = [4, 4, 4]  # short episodes: the plumbing is tested, not how far a random model wanders
 output_dir = "{tmp_path / 'rl'}"
 
 [train]
@@ -74,7 +75,7 @@ window = 1
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_grpo_iterations_update_the_weights_and_keep_versions(tmp_path: Path, mode: str) -> None:
     config = loop_config(tmp_path, mode)
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "train", str(config)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "train", str(config)], capture_output=True,
                           text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     reports = [json.loads(line) for line in (tmp_path / "rl" / "loop.jsonl").read_text().splitlines()]

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from engine.judge import JudgeConfig
+from engine.config import RunConfig
+from engine.judge import JudgeConfig, RubricJudge
 from engine.runlock import LOCK_NAME, RunDirBusy, holder_pid, lock_run_dir
-from engine.runner import RunConfig, run
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import RunStore, read_records
-from policy.registry import make_policy
+from policy.registry import make_judge, make_policy
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import subset
 from tests.test_rewards_flow import PassingJudgeTestModel
@@ -111,7 +112,7 @@ def test_the_lock_is_reentrant_in_one_process_and_released_with_the_last_hold(tm
 
 def test_the_judge_command_refuses_a_live_run(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
     (tmp_path / "episodes.jsonl").write_text("")
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "judge", str(tmp_path), "--judge-base-url",
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "judge", str(tmp_path), "--judge-base-url",
                            "http://127.0.0.1:9/v1", "--judge-model", "m"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0
@@ -167,18 +168,20 @@ async def test_resume_rejudges_pending_records(tmp_path: Path, sites: str, judge
 
     def cfg(run_dir: str | None = None) -> RunConfig:
         return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), run_dir=run_dir, concurrency=4,
-                         workers=1, reward="judge", telemetry=None,
-                         judge=JudgeConfig(base_url=judge_server.base_url, model="judge", backoff_s=0.01, retries=1))
+                         workers=1, reward="judge", telemetry=None)
+
+    def judge() -> RubricJudge:
+        return make_judge(JudgeConfig(base_url=judge_server.base_url, model="judge", backoff_s=0.01, retries=1))
 
     judge_server.fail_next(10_000, 500, message="judge down")
     try:
-        _, run_dir = await run(cfg(), make_policy("scripted"), sites)
+        _, run_dir = await run(cfg(), make_policy("scripted"), sites, judge=judge())
     finally:
         judge_server.clear_faults()
     assert [r["status"] for r in read_records(run_dir)] == ["judge_pending"] * n
     calls = len(judge_server.received)
 
-    stats, _ = await run(cfg(str(run_dir)), make_policy("scripted"), sites)  # what --resume does
+    stats, _ = await run(cfg(str(run_dir)), make_policy("scripted"), sites, judge=judge())  # what --resume does
     assert stats.total == 0  # every task has its record: nothing reran ...
     raw = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert len(raw) == n  # ... and no record was written twice

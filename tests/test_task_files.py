@@ -21,6 +21,8 @@ import pytest
 import pytest_asyncio
 from click.testing import CliRunner
 
+from cli.tasks import tasks as tasks_cli
+from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.task_tools import (
     SUBTASK_TEMPLATE,
     decomposable,
@@ -33,8 +35,6 @@ from engine.task_tools import (
     write_jsonl,
 )
 from engine.tasks import BUNDLED_TASKS, StepCaps, Task, TaskFileError, check_file, load_tasks, validate_file
-from engine.tasks_cli import tasks as tasks_cli
-from policy.model import ChatRequest, Generation, LanguageModel
 from policy.openai_backend import OpenAIModel
 from tests.chat_test_server import ChatTestServer
 
@@ -491,7 +491,7 @@ async def test_cli_decompose_with_rewrite(rewrite_server: ChatTestServer, hand_t
 
 def test_module_entry_point_in_a_subprocess(tmp_path: Path) -> None:
     bad = write_lines(tmp_path / "bad.jsonl", _rec("a", 1), {**_rec("b", 1), "website": ["x"]})
-    proc = subprocess.run([sys.executable, "-m", "engine.tasks_cli", "validate", str(bad)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "cli.tasks", "validate", str(bad)], cwd=REPO,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.splitlines() == [f"{bad}, line 2: field 'website': expected a string, got list",

@@ -16,11 +16,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import train.samples as samples_mod  # noqa: E402
-from engine.runner import RunConfig, run  # noqa: E402
+from engine.config import RunConfig  # noqa: E402
+from engine.model_api import SamplingParams, image_refs  # noqa: E402
+from engine.runner import run  # noqa: E402
 from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
 from engine.tasks import BUNDLED_TASKS  # noqa: E402
-from policy.model import SamplingParams, image_refs  # noqa: E402
 from policy.prompting import vision_token_ids  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
@@ -57,10 +58,9 @@ def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterat
 
     tmp = tmp_path_factory.mktemp("hf-run")
     tasks = task_file(tmp / "tasks.jsonl", ["wiki-001", "travel-001"])
-    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=2, workers=1, policy="hf",
-                    sampling=SamplingParams(max_tokens=8, seed=0, temperature=1.0, top_p=1.0), telemetry=None,
-                    backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
-    policy = make_policy("hf", agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=2, workers=1, telemetry=None)
+    policy = make_policy("hf", sampling=SamplingParams(max_tokens=8, seed=0, temperature=1.0, top_p=1.0),
+                         backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
 
     async def go() -> Path:
         with SiteServer() as server:

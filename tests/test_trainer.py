@@ -256,8 +256,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(tmp_path: Path, tiny_mo
 
 def test_train_writes_checkpoints_metrics_and_plots_and_the_checkpoint_generates(
         tmp_path: Path, tiny_model: Path, run_dir: Path) -> None:
+    from engine.model_api import ChatRequest, SamplingParams
     from policy.hf_backend import HFModel
-    from policy.model import ChatRequest, SamplingParams
     from train.trainer import samples_from_runs, train
 
     cfg = config(tiny_model, tmp_path / "out", max_steps=3, save_every=2, batch_size=1, warmup_steps=1, plots=True,

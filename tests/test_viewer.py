@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from playwright.async_api import Browser, Page, async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
-from engine.runner import RunConfig, run
+from engine.config import RunConfig
+from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.registry import make_policy

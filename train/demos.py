@@ -32,11 +32,12 @@ from engine.actions import AgentAction
 from engine.agent.context import build_messages
 from engine.agent.coords import CoordFrame
 from engine.agent.prompts import AgentConfig
+from engine.model_api import LanguageModel
+from engine.policy_api import StepView
+from engine.records import EpisodeRecord, StepRecord, TaskRecord
 from engine.store import read_records
 from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
-from policy.base import StepView
-from policy.model import LanguageModel
 
 
 class _NoModel(LanguageModel):
@@ -118,7 +119,7 @@ def demo_reply(action: AgentAction, frame: CoordFrame, response_format: str, *, 
     return head + body, sentence, warnings
 
 
-def _viewport(run_dir: Path, step: dict[str, Any], manifest: dict[str, Any]) -> tuple[int, int]:
+def _viewport(run_dir: Path, step: StepRecord, manifest: dict[str, Any]) -> tuple[int, int]:
     worker = ((manifest.get("config") or {}).get("worker")) or {}
     if worker.get("viewport_width") and worker.get("viewport_height"):
         return int(worker["viewport_width"]), int(worker["viewport_height"])
@@ -126,9 +127,9 @@ def _viewport(run_dir: Path, step: dict[str, Any], manifest: dict[str, Any]) -> 
     return codec.jpeg_size((run_dir / step["screenshot"]).read_bytes())
 
 
-def demonstration_record(record: dict[str, Any], run_dir: str | Path, cfg: AgentConfig | None = None, *,
+def demonstration_record(record: EpisodeRecord, run_dir: str | Path, cfg: AgentConfig | None = None, *,
                          resize: dict[str, int] | None = None,
-                         manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+                         manifest: dict[str, Any] | None = None) -> EpisodeRecord:
     """One scripted record as a model-policy record: ``system_prompt``, and per step ``messages`` (without the
     system message), ``reply`` (the demonstration), ``parsed.action_text`` and ``demo_warnings``.
 
@@ -173,14 +174,14 @@ def demonstration_record(record: dict[str, Any], run_dir: str | Path, cfg: Agent
     return out
 
 
-def _task(d: dict[str, Any]) -> Task:
+def _task(d: TaskRecord) -> Task:
     # Only what the prompt reads: the instruction (the recorded one: MiniWoB's comes from the page) and the
     # start page.
     return Task(task_id=str(d.get("task_id")), task_name=str(d.get("task_name", "")), website=str(d.get("website", "")))
 
 
 def demonstration_records(run_dir: str | Path, cfg: AgentConfig | None = None, *, only_success: bool = True,
-                          resize: dict[str, int] | None = None) -> list[dict[str, Any]]:
+                          resize: dict[str, int] | None = None) -> list[EpisodeRecord]:
     """:func:`demonstration_record` for every record of a run (only the successful ones by default)."""
     run_dir = Path(run_dir)
     path = run_dir / "manifest.json"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.prompts import AgentConfig
+from engine.records import EpisodeRecord, StepRecord
 from engine.store import read_records
 from train.demos import demonstration_record
 
@@ -46,7 +47,7 @@ def _turn_text(content: Any, images: list[str], image_path: Any) -> str:
     return "".join(parts)
 
 
-def step_conversation(record: dict[str, Any], step: dict[str, Any], run_dir: Path,
+def step_conversation(record: EpisodeRecord, step: StepRecord, run_dir: Path,
                       relative_to: Path | None = None) -> dict[str, Any]:
     """One step as a sharegpt sample (see the module docstring). Images are absolute paths, or relative to
     ``relative_to`` (LLaMA-Factory's ``media_dir``) when given."""
@@ -73,7 +74,7 @@ def step_conversation(record: dict[str, Any], step: dict[str, Any], run_dir: Pat
     return sample
 
 
-def sharegpt_samples(records: Iterable[dict[str, Any]], run_dir: str | Path, *, only_success: bool = True,
+def sharegpt_samples(records: Iterable[EpisodeRecord], run_dir: str | Path, *, only_success: bool = True,
                      agent: AgentConfig | None = None, relative_to: str | Path | None = None,
                      counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The sharegpt samples of ``records`` (of the run ``run_dir``); non-model records become demonstrations

@@ -28,12 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import RolloutService
+from engine.config import RunConfig
 from engine.judge import JudgeConfig
 from engine.miniwob import is_miniwob_spec, miniwob_mount
-from engine.runner import RunConfig, load_task_source
+from engine.model_api import SamplingParams
+from engine.runner import load_task_source
+from engine.tasks import StepCaps
 from policy.agent_policy import AgentPolicy
 from policy.hf_backend import HFModel
-from policy.model import SamplingParams
+from policy.registry import make_judge
 from train.config import ConfigError, TrainConfig
 
 MODES = ("sync", "async")
@@ -57,6 +60,9 @@ class LoopConfig:
     top_p: float = 1.0
     max_tokens: int = 256
     reward: str = "auto"
+    # Step caps (easy, medium, hard) of the rollouts, the original's train caps (10, 20, 30) when not set:
+    # shorter episodes for quick iterations.
+    step_caps: tuple[int, int, int] | None = None
     judge_base_url: str | None = None
     judge_model: str = ""
     output_dir: str = "rl"
@@ -87,6 +93,11 @@ class LoopConfig:
             raise ConfigError(f"{source}: 'tasks' (a task file or miniwob[:names]) is required")
         if self.iterations < 1 or self.samples_per_task < 1 or self.staleness < 0:
             raise ConfigError(f"{source}: iterations and samples_per_task must be >= 1, staleness >= 0")
+        if self.step_caps is not None:
+            try:
+                StepCaps(train=tuple(self.step_caps))  # type: ignore[arg-type]
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{source}: step_caps: {exc}") from None
 
 
 @dataclass
@@ -114,16 +125,20 @@ async def run_loop(cfg: LoopConfig) -> list[IterationReport]:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_cfg = RunConfig(tasks=cfg.tasks, output_dir=str(out / "rollouts"), concurrency=cfg.concurrency,
-                        workers=cfg.workers, reward=cfg.reward, telemetry=None,
-                        judge=JudgeConfig(base_url=cfg.judge_base_url, model=cfg.judge_model))
+                        workers=cfg.workers, reward=cfg.reward, telemetry=None)
+    judge = (make_judge(JudgeConfig(base_url=cfg.judge_base_url, model=cfg.judge_model))
+             if cfg.judge_base_url and cfg.reward != "program" else None)
     model = HFModel(cfg.train.model_dir, device=cfg.device, max_batch=cfg.max_batch)
     policy = AgentPolicy(model, cfg.train.agent, SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
                                                                max_tokens=cfg.max_tokens))
     mounts = miniwob_mount() if is_miniwob_spec(cfg.tasks) else None
     reports: list[IterationReport] = []
-    async with RolloutService(run_cfg, serve_sites=True, site_mounts=mounts) as service:
+    async with RolloutService(run_cfg, serve_sites=True, site_mounts=mounts, judge=judge) as service:
         assert service.base_url is not None and service.run_dir is not None
         tasks = load_task_source(cfg.tasks, service.base_url)
+        if cfg.step_caps is not None:
+            caps = StepCaps(train=tuple(cfg.step_caps))  # type: ignore[arg-type]
+            tasks = [dataclasses.replace(t, step_caps=caps) for t in tasks]
         version, model_dir = 0, cfg.train.model_dir
         history: list[tuple[Path, list[dict[str, Any]]]] = []
         proc = Processing.load(model_dir)

@@ -51,8 +51,9 @@ from typing import Any
 import numpy as np
 
 from engine import _imgcodec as codec
+from engine.model_api import image_refs
+from engine.records import EpisodeRecord, StepRecord
 from engine.store import read_records
-from policy.model import image_refs
 from policy.prompting import (
     image_token_count,
     image_token_id_of,
@@ -67,7 +68,7 @@ IGNORE_INDEX = -100
 
 #: Decides whether a step becomes a sample and with which loss weight: ``select(run_index, record, step)``
 #: returns None to leave it out, or the weight.
-StepSelector = Callable[[int, dict[str, Any], dict[str, Any]], float | None]
+StepSelector = Callable[[int, EpisodeRecord, StepRecord], float | None]
 
 
 @dataclass(slots=True)
@@ -162,7 +163,7 @@ class SampleError(ValueError):
     """A step cannot be rebuilt faithfully (raised with ``on_mismatch="raise"``)."""
 
 
-def full_prompt(record: dict[str, Any], step: dict[str, Any]) -> list[dict[str, Any]]:
+def full_prompt(record: EpisodeRecord, step: StepRecord) -> list[dict[str, Any]]:
     """The chat the model got at ``step``: the episode's system message, then the step's messages (a step
     whose system message differed from the episode's kept it in its messages)."""
     messages = list(step["messages"])
@@ -192,7 +193,7 @@ def _decodes_to(tokenizer: Any, token_ids: Sequence[int], reply: str) -> bool:
     return tokenizer.decode(list(token_ids), skip_special_tokens=False) == reply
 
 
-def step_sample(proc: Processing, record: dict[str, Any], step: dict[str, Any], run_dir: Path, run_index: int,
+def step_sample(proc: Processing, record: EpisodeRecord, step: StepRecord, run_dir: Path, run_index: int,
                 *, use_recorded_tokens: bool = True) -> Sample:
     """Rebuild one step (which must have ``messages``); raises :class:`SampleError` when it cannot be
     rebuilt faithfully (prompt fingerprint or target mismatch, a missing image)."""
@@ -236,7 +237,7 @@ def step_sample(proc: Processing, record: dict[str, Any], step: dict[str, Any], 
         page_changed=step.get("page_changed"))
 
 
-def samples_from_records(proc: Processing, records: Iterable[dict[str, Any]], run_dir: str | Path,
+def samples_from_records(proc: Processing, records: Iterable[EpisodeRecord], run_dir: str | Path,
                          run_index: int = 0, *, select: StepSelector | None = None, on_mismatch: str = "skip",
                          use_recorded_tokens: bool = True, out: SampleSet | None = None) -> SampleSet:
     """The samples of ``records`` (one run's, or demonstration records of :mod:`train.demos`) into ``out``.

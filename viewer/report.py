@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from engine._imgcodec import ImgCodecError, jpeg_size
+from engine.records import EpisodeRecord, RewardRecord
 from engine.store import read_records
 
 CHUNK = 500  # index rows per data file: 20 files for a 10,000-episode run
@@ -65,7 +66,7 @@ def site_of(website: str, sites_base_url: str | None) -> str:
     return parsed.netloc or parsed.path.strip("/").split("/")[0] or website
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     """The run summary table's figures, recomputed from the records.
 
     ``lost``, peak browser memory and worker restarts live only in the running engine (and the optional
@@ -96,7 +97,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def by_difficulty(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_difficulty(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
     """Success rate per difficulty, for the chart: ``[{difficulty, episodes, succeeded, rate}]``."""
     groups: dict[Any, list[str]] = {}
     for r in records:
@@ -106,7 +107,7 @@ def by_difficulty(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for d, s in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0]).zfill(6)))]
 
 
-def index_row(n: int, r: dict[str, Any], sites_base_url: str | None) -> dict[str, Any]:
+def index_row(n: int, r: EpisodeRecord, sites_base_url: str | None) -> dict[str, Any]:
     """One line of the index: what the table shows, sorts and filters on."""
     task = r.get("task", {})
     reward = r.get("reward") or {}
@@ -142,7 +143,7 @@ class _Sizes:
         return self.cache[rel]
 
 
-def _evidence(reward: dict[str, Any] | None) -> dict[str, Any] | None:
+def _evidence(reward: RewardRecord | None) -> RewardRecord | None:
     """The reward with the judge's prompts left out (the page shows verdicts and reasons, not the prompts)."""
     if not reward:
         return reward
@@ -156,7 +157,7 @@ def _evidence(reward: dict[str, Any] | None) -> dict[str, Any] | None:
     return reward
 
 
-def episode_data(n: int, r: dict[str, Any], sizes: _Sizes, viewport: list[int]) -> dict[str, Any]:
+def episode_data(n: int, r: EpisodeRecord, sizes: _Sizes, viewport: list[int]) -> dict[str, Any]:
     """Everything the episode page shows of one record; screenshot paths made relative to report/."""
     steps = []
     for s in r.get("steps", []):
@@ -208,7 +209,7 @@ def build_report(run_dir: str | Path) -> Path:
         "run": run_dir.resolve().name, "chunks": len(chunks), "total": len(rows),
         "summary": summarize(records), "by_difficulty": by_difficulty(records),
         "policy": config.get("policy"), "mode": config.get("mode"),
-        "interaction": (config.get("agent") or {}).get("interaction"),
+        "interaction": (config.get("agent") or (config.get("policy_info") or {}).get("agent") or {}).get("interaction"),
         "code_version": manifest.get("code_version"), "started_at": manifest.get("started_at"),
         "built_at": time.time(), "build_s": round(time.monotonic() - t0, 3),
     }

@@ -93,16 +93,16 @@ def rewards(run_dir: Path) -> dict[str, float]:
 async def run_engine(tasks: Path, out: Path, base_url: str, policy_name: str, agent: Any = None,
                      model_dir: Path | None = None, max_tokens: int = 64) -> Path:
     """One engine run of ``tasks``; the run directory."""
-    from engine.runner import RunConfig, run
-    from policy.model import SamplingParams
+    from engine.config import RunConfig
+    from engine.model_api import SamplingParams
+    from engine.runner import run
     from policy.registry import BackendConfig, make_policy
 
     kw: dict[str, Any] = {}
     if policy_name == "hf":
         kw = {"agent": agent, "sampling": SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=0),
               "backend": BackendConfig(model=str(model_dir), device="cpu", max_batch=8)}
-    cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=4, workers=1, policy=policy_name,
-                    telemetry=None, **kw)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=4, workers=1, telemetry=None)
     policy = make_policy(policy_name, **({k: kw[k] for k in ("agent", "sampling", "backend")} if kw else {}))
     _, run_dir = await run(cfg, policy, base_url)
     return Path(run_dir)

@@ -1,6 +1,6 @@
 """``webgym-engine tasks ...``: validate, describe, sample and decompose task files.
 
-Registered on the main command line by ``engine.cli``; also runs alone: ``python -m engine.tasks_cli``.
+Registered on the main command line by ``cli.main``; also runs alone: ``python -m cli.tasks``.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class Generation:
 class LanguageModel:
     """Base class of the model backends. ``generate`` is called concurrently from many rollouts.
 
-    Implementations raise :class:`policy.base.PolicyError` when no reply can be produced (a server
+    Implementations raise :class:`engine.policy_api.PolicyError` when no reply can be produced (a server
     that stays down after retries, a model that crashed); the rollout then ends with an error record.
     """
 

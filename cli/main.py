@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,20 +18,22 @@ from rich.console import Console
 from bench.cli import bench as bench_cmd
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.tasks import tasks as tasks_group
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
-from engine.judge import JudgeConfig
+from engine.config import RunConfig
+from engine.core import EngineCore, new_run_dir, server_keys
+from engine.judge import JudgeConfig, RubricJudge
 from engine.judging import rejudge
 from engine.miniwob import is_miniwob_spec, miniwob_mount
+from engine.model_api import SamplingParams
+from engine.policy_api import Policy
 from engine.progress import show_progress, summary_table
 from engine.rollout import REWARD_MODES
 from engine.runlock import RunDirBusy, lock_run_dir
-from engine.runner import RunConfig, load_task_source, new_run_dir, run, server_keys
+from engine.runner import load_task_source, run
 from engine.shutdown import Terminated, until_signal
 from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError
-from engine.tasks_cli import tasks as tasks_group
-from policy.base import Policy
-from policy.model import SamplingParams
-from policy.registry import POLICY_NAMES, BackendConfig, make_policy
+from policy.registry import POLICY_NAMES, BackendConfig, make_judge, make_policy
 from train.cli import export as export_cmd
 from train.cli import train_loop as train_loop_cmd
 from train.cli import train_model as train_model_cmd
@@ -182,7 +185,7 @@ def run_cmd(**opts: Any) -> None:
     _check_net_policy(o.allow_private_network, o.net_allow, o.net_deny)
     try:
         cfg = RunConfig(
-            tasks=o.tasks_path, policy=o.policy, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
+            tasks=o.tasks_path, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
             output_dir=o.output_dir, run_dir=o.resume_dir, episodes=o.episodes, split=o.split,
             retry_lost=o.retry_lost, seed=o.seed, listen=o.listen, spawn_workers=not o.no_spawn,
             server_key=o.server_key, allow_keys=o.allow_keys, insecure=o.insecure,
@@ -192,19 +195,19 @@ def run_cmd(**opts: Any) -> None:
                                 browser_memory_mib=o.browser_memory_mib, net_policy=o.net_policy,
                                 allow_private_network=o.allow_private_network, net_allow=list(o.net_allow),
                                 net_deny=list(o.net_deny)),
-            agent=agent, sampling=SamplingParams(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
-                                                 max_tokens=o.max_tokens, seed=o.seed),
-            backend=BackendConfig(model=o.model, base_url=o.base_url, api_key_env=o.api_key_env,
-                                  image_transport=o.image_transport, token_ids=o.token_ids,
-                                  timeout_s=o.request_timeout, device=o.device, max_batch=o.max_batch,
-                                  sim_speed=o.sim_speed),
-            reward=o.reward, judge=JudgeConfig(base_url=o.judge_base_url, model=o.judge_model,
-                                               concurrency=o.judge_concurrency, seed=o.seed),
+            reward=o.reward, secret_env=tuple(dict.fromkeys(["OPENAI_API_KEY", o.api_key_env])),
             straggler_fraction=o.straggler_fraction if o.stragglers else None,
             straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,
             episode_timeout_s=o.episode_timeout, policy_step_timeout_s=o.policy_step_timeout)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if o.reward == "judge" and not o.judge_base_url:
+        raise click.ClickException("--reward judge needs --judge-base-url and --judge-model")
+    sampling = SamplingParams(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, max_tokens=o.max_tokens,
+                              seed=o.seed)
+    backend = BackendConfig(model=o.model, base_url=o.base_url, api_key_env=o.api_key_env,
+                            image_transport=o.image_transport, token_ids=o.token_ids, timeout_s=o.request_timeout,
+                            device=o.device, max_batch=o.max_batch, sim_speed=o.sim_speed)
     try:
         server_keys(cfg)  # unreadable or world-readable key files fail here, before anything starts
     except KeyFileError as exc:
@@ -219,6 +222,9 @@ def run_cmd(**opts: Any) -> None:
     if o.tui and cfg.telemetry is None:
         raise click.ClickException("--tui needs telemetry (not --telemetry off)")
     cfg.run_dir = o.resume_dir or str(new_run_dir(o.output_dir))  # file URLs and the manifest need it now
+    # Verdicts are cached beside the run directories, shared by runs.
+    judge_cfg = JudgeConfig(base_url=o.judge_base_url, model=o.judge_model, concurrency=o.judge_concurrency,
+                            seed=o.seed, cache_dir=str(Path(cfg.run_dir).parent / "judge-cache"))
     try:
         # One writer per run directory: a second `run --resume` (or a `judge`) of a live run stops here, before
         # anything starts. Held until this process ends (the run's store takes it again, re-entrantly).
@@ -226,8 +232,9 @@ def run_cmd(**opts: Any) -> None:
     except RunDirBusy as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        policy = make_policy(o.policy, seed=o.seed, agent=cfg.agent, sampling=cfg.sampling, backend=cfg.backend,
+        policy = make_policy(o.policy, seed=o.seed, agent=agent, sampling=sampling, backend=backend,
                              max_in_flight=o.policy_concurrency, run_dir=str(Path(cfg.run_dir).resolve()))
+        judge = make_judge(judge_cfg) if judge_cfg.base_url and o.reward != "program" else None
     except (ValueError, ImportError) as exc:
         raise click.ClickException(str(exc)) from None
     # The bundled sites' server also serves MiniWoB++'s pages.
@@ -236,7 +243,9 @@ def run_cmd(**opts: Any) -> None:
     else:
         sites = {} if SITES_PLACEHOLDER in Path(o.tasks_path).read_text("utf-8") else None
     try:
-        coro = _run_with_progress(cfg, policy, sites, console, show=not o.tui)
+        coro = _run_with_progress(cfg, policy, judge, sites, console, show=not o.tui,
+                                  manifest={"policy": o.policy, "backend": asdict(backend),
+                                            "judge": asdict(judge_cfg)})
         # SIGTERM and SIGHUP are handled like Ctrl-C (engine.shutdown).
         summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
     except (KeyboardInterrupt, Terminated) as exc:
@@ -262,25 +271,26 @@ def _check_net_policy(allow_private_network: bool, allow: tuple[str, ...], deny:
         raise click.ClickException(str(exc)) from None
 
 
-async def _run_with_progress(cfg: RunConfig, policy: Policy, sites: dict[str, Path] | None,
-                             console: Console, show: bool = True) -> dict:
+async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge | None,
+                             sites: dict[str, Path] | None, console: Console, show: bool = True,
+                             manifest: dict[str, Any] | None = None) -> dict:
     """Run with a progress display (unless ``show`` is off: the monitor shows the run);
     ``sites``: the site server's extra mounts, or None for no site server."""
     from engine.sites.server import SiteServer
 
     progress: list[asyncio.Task] = []
 
-    def on_start(engine, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    def on_start(core: EngineCore, run_dir: Path) -> None:
         if not show:
             return
-        console.print(f"run directory: {run_dir}  ({cfg.policy} policy, {cfg.mode} mode, "
+        console.print(f"run directory: {run_dir}  ({policy.name} policy, {cfg.mode} mode, "
                       f"concurrency {cfg.concurrency}, {cfg.workers} browser workers)")
-        progress.append(asyncio.ensure_future(show_progress(engine.stats, console)))
+        progress.append(asyncio.ensure_future(show_progress(core.stats, console)))
 
     with contextlib.ExitStack() as stack:
         base_url = stack.enter_context(SiteServer(mounts=sites)).base_url if sites is not None else None
         try:
-            stats, _ = await run(cfg, policy, base_url, on_start=on_start)
+            stats, _ = await run(cfg, policy, base_url, judge=judge, on_start=on_start, manifest=manifest)
         finally:
             for t in progress:
                 t.cancel()
@@ -318,7 +328,7 @@ def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: b
     except RunDirBusy as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        counts = _uvloop_run(until_signal(rejudge(run_dir, cfg, judge_all)))
+        counts = _uvloop_run(until_signal(rejudge(run_dir, make_judge(cfg), judge_all)))
     except Terminated as exc:
         # Verdicts already appended stay; the rest stay pending for the next `judge`.
         Console(stderr=True).print(f"stopped by {exc.name}; judge the rest with: webgym-engine judge {run_dir} ...")

@@ -1,0 +1,416 @@
+"""The engine core: the one object that owns the browser pool, the bundled-site server, the run directory's
+store, the episode scheduler, telemetry, memory sampling, the judge queue and the run's statistics.
+
+Everything else is a thin client of it (the shape of vLLM's v1 engine core and its clients):
+
+- :func:`engine.runner.run` (``webgym-engine run``): plans the episodes of a task file and waits for them;
+- :class:`engine.api.RolloutService`: a trainer submits episodes with its policy and reads records back;
+- :class:`engine.env.AsyncWebEnv` / :class:`engine.gym_env.WebEnv`: a trainer drives every step itself.
+
+A feature of the core (telemetry and the monitor, sync mode, stragglers, memory sampling, judging, retries of
+lost workers, the network policy) therefore works, and is counted, the same way through every client::
+
+    core = EngineCore(RunConfig(concurrency=64), serve_sites=True)
+    await core.start()
+    rollouts = core.submit(core.context(policy), [(task, 0), (task, 1)])
+    await core.wait(rollouts)
+    await core.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from browserpool.auth import KeyFileError, ServerKeys
+from browserpool.pool import BrowserPool, PoolConfig, PoolError
+from engine.config import RunConfig
+from engine.judge import RubricJudge
+from engine.judging import JudgeQueue
+from engine.policy_api import Policy
+from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettings
+from engine.sites.server import SiteServer
+from engine.stats import RunStats
+from engine.store import RunStore, episode_key, merge_judgement
+from engine.tasks import Task
+from engine.telemetry import TelemetryPublisher, resolve_endpoint
+
+RecordHook = Callable[[Rollout, dict[str, Any]], None]
+
+
+def new_run_dir(output_dir: str) -> Path:
+    """A fresh, time-stamped run directory under ``output_dir``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(output_dir) / f"run-{stamp}"
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    path.mkdir(parents=True)
+    return path
+
+
+def server_keys(cfg: RunConfig) -> ServerKeys | None:
+    """The engine's CURVE keys for its tcp sockets, or None when none were given."""
+    if cfg.server_key is None:
+        if cfg.allow_keys is not None:
+            raise KeyFileError("RunConfig.allow_keys needs RunConfig.server_key (the engine's own secret key)")
+        return None
+    return ServerKeys.load(cfg.server_key, cfg.allow_keys)
+
+
+def pool_config(cfg: RunConfig, log_path: str | None, secret_env: Iterable[str] = ()) -> PoolConfig:
+    """The browser pool's settings for a run of ``cfg``."""
+    per_worker = -(-cfg.concurrency // cfg.workers)
+    return PoolConfig(workers=cfg.workers, worker=cfg.worker, listen=cfg.listen, spawn=cfg.spawn_workers,
+                      max_episodes_per_worker=max(2 * per_worker, per_worker + 4),
+                      ops_per_worker=cfg.ops_per_worker, log_path=log_path,
+                      server_keys=server_keys(cfg), insecure=cfg.insecure,
+                      secret_env=tuple(dict.fromkeys([*cfg.secret_env, *secret_env])))
+
+
+class EngineCore:
+    """One engine (module docstring). ``start()`` before use, ``close()`` after; or ``async with``.
+
+    ``judge``: the rubric judge for episodes without programmatic checks (the core starts and closes it).
+    ``base_url``: where the task sites are served; ``serve_sites``: start the bundled-site server (its URL
+    becomes ``base_url``). ``pool`` / ``store``: an already started pool or an open store to use instead of
+    the core's own (the core then neither starts nor closes them).
+    """
+
+    def __init__(self, cfg: RunConfig, *, judge: RubricJudge | None = None, base_url: str | None = None,
+                 serve_sites: bool = False, site_mounts: dict[str, Path] | None = None,
+                 pool: BrowserPool | None = None, store: RunStore | None = None) -> None:
+        if cfg.reward == "judge" and judge is None:
+            raise ValueError("RunConfig.reward 'judge' needs a judge (EngineCore(judge=RubricJudge(...)))")
+        self.cfg = cfg
+        self.judge = judge if cfg.reward != "program" else None
+        self.base_url = base_url
+        self._serve_sites = serve_sites and base_url is None
+        self._site_mounts = site_mounts
+        self.stats = RunStats()
+        self.policy_slots = asyncio.Semaphore(cfg.policy_concurrency)  # the policy queue (level 2), FIFO
+        self.policy_cap = cfg.policy_concurrency
+        self.pool: BrowserPool = pool  # type: ignore[assignment]  # set by start() when not given
+        self.store: RunStore = store  # type: ignore[assignment]
+        self._own_pool, self._own_store = pool is None, store is None
+        self.run_dir: Path | None = store.dir if store is not None else None
+        self.judge_queue: JudgeQueue | None = None
+        self.telemetry: TelemetryPublisher | None = None
+        self._sites: SiteServer | None = None
+        self._status_hooks: list[Callable[[EpisodeStatus], None]] = []
+        self._record_hooks: list[RecordHook] = []
+        self._verdict_hooks: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self._policies: dict[int, tuple[Policy, asyncio.Future[None]]] = {}
+        self._samples: dict[str, int] = {}
+        self._pending: asyncio.Queue[Rollout] = asyncio.Queue()
+        self._jobs: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self._runners: list[asyncio.Task[None]] = []
+        self._sampler: asyncio.Task[None] | None = None
+        self._started = False
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    async def __aenter__(self) -> EngineCore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self, manifest: dict[str, Any] | None = None) -> Path:
+        """Open the run directory (a new one, or ``cfg.run_dir`` to resume), write the manifest, start the sites,
+        telemetry (first: a monitor can attach while browsers start), the pool, the judge, the memory sampler and
+        the episode runners. Returns the run directory."""
+        try:
+            if self._serve_sites:
+                self._sites = SiteServer(mounts=self._site_mounts)
+                self.base_url = self._sites.__enter__().base_url
+            if self.store is None:
+                self.run_dir = Path(self.cfg.run_dir) if self.cfg.run_dir else new_run_dir(self.cfg.output_dir)
+                self.store = RunStore(self.run_dir)  # the directory's writer lock (RunDirBusy if taken)
+            assert self.run_dir is not None
+            self.store.write_manifest({**asdict(self.cfg), "run_dir": str(self.run_dir),
+                                       "sites_base_url": self.base_url, **(manifest or {})})
+            if self.cfg.telemetry:
+                self.telemetry = TelemetryPublisher(resolve_endpoint(self.cfg.telemetry, self.run_dir), self.run_dir,
+                                                    server_keys=server_keys(self.cfg), insecure=self.cfg.insecure)
+                self._status_hooks.insert(0, self.telemetry.on_status)
+            if self.pool is None:
+                secrets = [self.judge.cfg.api_key_env] if self.judge is not None else []
+                self.pool = BrowserPool(pool_config(self.cfg, str(self.run_dir / "workers.log"), secrets))
+            if self.telemetry is not None:
+                self.telemetry.attach(self)
+                self.telemetry.start()
+            if self._own_pool:
+                await self.pool.start()
+            if self.judge is not None:
+                await self.judge.start()
+                self.judge_queue = JudgeQueue(self.judge, self.store, on_verdict=self._on_verdict)
+            self._sampler = asyncio.ensure_future(self._sample_memory())
+            self._runners = self._start_runners()
+            self._started = True
+        except BaseException:
+            await self.close()
+            raise
+        return self.run_dir
+
+    async def close(self) -> None:
+        """Stop the runners (episodes in flight end without a record, so a resume reruns them), drain the judge,
+        close the policies, telemetry, the pool, the store and the sites."""
+        for task in self._runners:
+            task.cancel()
+        for task in self._runners:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._runners = []
+        for job in list(self._jobs.values()):  # episodes the step-level environments still run
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
+        if self.judge_queue is not None:
+            await self.judge_queue.drain()
+        self._finish_stats()
+        try:
+            if self.telemetry is not None:
+                await self.telemetry.close()
+            if self.judge is not None:
+                await self.judge.close()
+            for policy, _ in self._policies.values():
+                await policy.close()
+            self._policies.clear()
+            if self.pool is not None and self._own_pool:
+                await self.pool.close()
+        finally:
+            if self.store is not None and self._own_store:
+                self.store.close()
+            if self._sites is not None:
+                self._sites.__exit__(None, None, None)
+                self._sites = None
+            self._started = False
+
+    # --- hooks ----------------------------------------------------------------------------------------
+    def on_status(self, hook: Callable[[EpisodeStatus], None]) -> None:
+        """Call ``hook`` with every status change of every rollout (a progress display, a test)."""
+        self._status_hooks.append(hook)
+
+    def on_record(self, hook: RecordHook) -> None:
+        """Call ``hook(rollout, record)`` when a rollout run by the core's runners ends, and again with the merged
+        record when a judged episode's verdict arrives (its status is then no longer ``judge_pending``)."""
+        self._record_hooks.append(hook)
+
+    def on_verdict(self, episode_id: str, hook: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``hook(merged record)`` once when this judged episode's verdict arrives."""
+        self._verdict_hooks[episode_id] = hook
+
+    def _status(self, status: EpisodeStatus) -> None:
+        for hook in self._status_hooks:
+            hook(status)
+
+    def _on_verdict(self, judgement: dict[str, Any], record: dict[str, Any]) -> None:
+        self.stats.record_verdict(judgement)
+        merged = merge_judgement(record, judgement)
+        hook = self._verdict_hooks.pop(record["episode_id"], None)
+        if hook is not None:
+            hook(merged)
+
+    # --- episodes -------------------------------------------------------------------------------------
+    def context(self, policy: Policy, *, policy_version: int = 0, settings: RolloutSettings | None = None,
+                policy_slots: asyncio.Semaphore | None = None) -> RolloutContext:
+        """The services a rollout of ``policy`` uses (the core's pool, store, stats, judge and telemetry)."""
+        if not self._started:
+            raise RuntimeError("start the engine core first")
+        return RolloutContext(pool=self.pool, policy=policy, policy_slots=policy_slots or self.policy_slots,
+                              store=self.store, stats=self.stats,
+                              settings=settings or self.cfg.rollout_settings(policy_version),
+                              on_status=self._status, judge=self.judge_queue)
+
+    def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None) -> Rollout:
+        """A new rollout of ``task`` (``sample``: the next unused index of the task when None), announced to
+        telemetry and counted in the stats."""
+        if sample is None:
+            sample = self._samples.get(task.task_id, 0)
+        self._samples[task.task_id] = max(self._samples.get(task.task_id, 0), sample + 1)
+        if self.telemetry is not None:
+            self.telemetry.add_episodes([(episode_key(task.task_id, sample), task.task_id)])
+        self.stats.total += 1
+        return Rollout(task, sample, ctx)
+
+    def submit(self, ctx: RolloutContext, episodes: Iterable[tuple[Task, int | None]]) -> list[Rollout]:
+        """Queue episodes for the core's runners (``concurrency`` at a time; lock-step batches in sync mode)."""
+        rollouts = [self.rollout(ctx, task, sample) for task, sample in episodes]
+        for r in rollouts:
+            self.enqueue(r)
+        return rollouts
+
+    def enqueue(self, rollout: Rollout) -> None:
+        """Queue a rollout made by :meth:`rollout` for the core's runners."""
+        self._pending.put_nowait(rollout)
+
+    async def wait(self, rollouts: list[Rollout]) -> None:
+        """Until every one of ``rollouts`` has its record (cutting stragglers when the config says so), then
+        until the judge has given every verdict it owes. Raises :class:`PoolError` when the pool failed."""
+        waiting = asyncio.gather(*(r.ended.wait() for r in rollouts))
+        watcher = self.watch_stragglers(rollouts)
+        try:
+            await waiting
+        finally:
+            waiting.cancel()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        if self.judge_queue is not None:
+            await self.judge_queue.drain()
+        self._finish_stats()
+        if self.pool.fatal is not None:
+            # Every episode has its (error) record by now; the run itself must not look like it went well.
+            raise PoolError(f"the browser pool failed: {self.pool.fatal!r}") from self.pool.fatal
+
+    async def run_plan(self, policy: Policy, plan: Iterable[tuple[Task, int | None]]) -> RunStats:
+        """Run episodes with one policy to their records (started first; steps/s counted from then)."""
+        await self.start_policy(policy)
+        self.stats.restart_clock()
+        await self.wait(self.submit(self.context(policy), plan))
+        return self.stats
+
+    async def run_episode(self, rollout: Rollout) -> dict[str, Any]:
+        """Run one rollout to its record in a task of its own (so that a straggler cut can stop it alone)."""
+        await self.start_policy(rollout.ctx.policy)
+        job = asyncio.ensure_future(rollout.run())
+        self._jobs[rollout.episode_id] = job
+        try:
+            await asyncio.wait([job])
+        finally:
+            if not job.done():  # the caller was cancelled: so is the episode (no record: a resume reruns it)
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job
+            self._jobs.pop(rollout.episode_id, None)
+        if job.cancelled():
+            if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
+                raise asyncio.CancelledError
+            await rollout.end_with_error("straggler", self._straggler_reason)
+        assert rollout.record is not None
+        return rollout.record
+
+    async def start_policy(self, policy: Policy) -> None:
+        """Start ``policy`` once (shared by every rollout of it); the core closes it. Raises what start raised."""
+        entry = self._policies.get(id(policy))
+        if entry is None:
+            entry = self._policies[id(policy)] = (policy, asyncio.ensure_future(policy.start()))
+        await asyncio.shield(entry[1])
+
+    def cut(self, rollouts: Iterable[Rollout]) -> None:
+        """Stop these episodes: in flight ones are cancelled, queued ones end when a runner reaches them; each
+        ends with a ``straggler`` error record."""
+        for r in rollouts:
+            if r.finished:
+                continue
+            r.cut_requested = True
+            job = self._jobs.get(r.episode_id)
+            if job is not None:
+                job.cancel()
+
+    # --- the scheduler --------------------------------------------------------------------------------
+    def _start_runners(self) -> list[asyncio.Task[None]]:
+        if self.cfg.mode == "sync":
+            return [asyncio.ensure_future(self._sync_runner())]
+        return [asyncio.ensure_future(self._runner()) for _ in range(self.cfg.concurrency)]
+
+    async def _runner(self) -> None:
+        # Asynchronous mode (level 1): each runner takes the next episode as soon as its last one ends.
+        while True:
+            rollout = await self._pending.get()
+            await self._run_queued(rollout)
+
+    async def _run_queued(self, rollout: Rollout) -> None:
+        if rollout.finished:
+            return
+        if rollout.cut_requested:
+            await rollout.end_with_error("straggler", self._straggler_reason)
+        else:
+            try:
+                await self.start_policy(rollout.ctx.policy)
+            except Exception as exc:  # noqa: BLE001 - a policy that cannot start ends its episodes, not the engine
+                await rollout.end_with_error("policy", f"the policy did not start: {exc}")
+            else:
+                await self.run_episode(rollout)
+        assert rollout.record is not None
+        self._delivered(rollout)
+
+    async def _sync_runner(self) -> None:
+        # The synchronous baseline (benchmarks only): a batch of `concurrency` episodes advances in lock-step,
+        # every phase waiting for the slowest episode of the batch.
+        while True:
+            batch = [await self._pending.get()]
+            while len(batch) < self.cfg.concurrency and not self._pending.empty():
+                batch.append(self._pending.get_nowait())
+            live = []
+            for r in batch:
+                try:
+                    await self.start_policy(r.ctx.policy)
+                except Exception as exc:  # noqa: BLE001 - as in the asynchronous runner
+                    await r.end_with_error("policy", f"the policy did not start: {exc}")
+                else:
+                    live.append(r)
+            while active := [r for r in live if not r.finished]:
+                await asyncio.gather(*(r.advance() for r in active))
+            for r in batch:
+                self._delivered(r)
+
+    def _delivered(self, rollout: Rollout) -> None:
+        record = rollout.record
+        assert record is not None
+        if record["status"] == "judge_pending" and self._record_hooks:
+            self.on_verdict(rollout.episode_id, lambda merged: self._call_record_hooks(rollout, merged))
+        self._call_record_hooks(rollout, record)
+
+    def _call_record_hooks(self, rollout: Rollout, record: dict[str, Any]) -> None:
+        for hook in self._record_hooks:
+            hook(rollout, record)
+
+    @property
+    def _straggler_reason(self) -> str:
+        return (f"straggler: cut {self.cfg.straggler_grace_s:g} s after {self.cfg.straggler_fraction or 0:.0%} "
+                "of the run had finished")
+
+    def watch_stragglers(self, rollouts: list[Rollout]) -> asyncio.Task[None] | None:
+        """With ``cfg.straggler_fraction`` set (asynchronous mode): a task that cuts the last of ``rollouts``
+        (cancel it once they all have records); None when stragglers are not cut."""
+        if self.cfg.straggler_fraction is None or self.cfg.mode != "async":
+            return None
+        return asyncio.ensure_future(self._cut_stragglers(rollouts))
+
+    async def _cut_stragglers(self, rollouts: list[Rollout]) -> None:
+        """Once the set fraction of episodes has a record, wait the grace period, then stop the rest."""
+        assert self.cfg.straggler_fraction is not None
+        need = self.cfg.straggler_fraction * len(rollouts)
+        while sum(r.finished for r in rollouts) < need:
+            await self.stats.wait_for_episode()
+        await asyncio.sleep(self.cfg.straggler_grace_s)
+        self.cut(rollouts)
+
+    # --- measurements ---------------------------------------------------------------------------------
+    async def _sample_memory(self) -> None:
+        # Reading PSS costs ~2 ms of kernel time per Chromium process, so the interval stretches to keep the
+        # sampler under ~2% of one core however many renderers there are.
+        while True:
+            t0 = time.monotonic()
+            pss = await asyncio.to_thread(self.pool.browser_pss_bytes)
+            self.stats.peak_browser_pss = max(self.stats.peak_browser_pss, pss)
+            self.stats.worker_restarts = self.pool.restarts
+            await asyncio.sleep(max(self.cfg.memory_sample_s, 50 * (time.monotonic() - t0)))
+
+    def _finish_stats(self) -> None:
+        if self.pool is not None:
+            self.stats.worker_restarts = self.pool.restarts
+        self.stats.finished_at = time.monotonic()

@@ -1,0 +1,336 @@
+"""The episode and step records of a run directory, typed in one place.
+
+``RUN_DIR/episodes.jsonl`` holds one :class:`EpisodeRecord` per line (written by
+:meth:`engine.rollout.Rollout._write`), each with its :class:`StepRecord` list; ``RUN_DIR/judgements.jsonl``
+one :class:`Judgement` per line (written by :mod:`engine.judging`). At run time records stay plain dicts
+(what ``json`` gives); the classes here are :class:`typing.TypedDict` types, so that the rollout, the store's
+reader, train, the viewer and the judge name the same keys, and so that :func:`decode_record` can validate a
+line with msgspec before anything reads it.
+
+Every record carries ``format_version``; :data:`FORMAT_VERSION` is the one this code writes and reads. A
+record of another version is refused with a :class:`RecordFormatError` that says whether the run directory is
+newer or older than the code and what to do; so is a complete line that is not a record (not JSON, or a value
+of the wrong type: the message names the file, the line and the field).
+
+Which keys must be present: the engine writes every key its classes list, except those marked *optional*
+(written only when there is something to say) and the reader's own (``judged_at``, ``judge_error``). The
+reader itself requires only what identifies an episode (``task``, ``task.task_id``, ``status``; per step
+``step`` and ``action``), so that records written by hand (tests, tools) with fewer keys still read; every key
+that is there must have its type. A record without ``format_version`` (no engine writes one) is read as the
+current format.
+
+This module deliberately does not use ``from __future__ import annotations``: ``TypedDict`` only sees
+``Required`` in real (not string) annotations on Python 3.11.
+"""
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Required, TypedDict
+
+import msgspec
+
+#: The record format this code writes and reads (also in ``manifest.json``). Bump it when a key changes
+#: meaning or type, or a key readers need is added; keys only added as optional need no bump.
+FORMAT_VERSION = 1
+
+#: How an episode ended: rewarded 1 (``success``) or not (``failure``), stopped by an error (``error``), or
+#: waiting for the judge's verdict (``judge_pending``; ``judgements.jsonl`` settles it).
+RecordStatus = Literal["success", "failure", "error", "judge_pending"]
+
+
+# --- the parts -----------------------------------------------------------------------------------
+
+class RubricGroupRecord(TypedDict, total=False):
+    """One fact group of a task's rubric (:meth:`engine.tasks.RubricGroup.to_dict`)."""
+
+    id: str
+    description: str
+    facts: list[str]
+    checks: list[dict[str, Any]]  # optional: one programmatic check per fact
+
+
+class TaskRecord(TypedDict, total=False):
+    """The task an episode ran (:meth:`engine.tasks.Task.to_dict`; WebGym's field names). ``task_name`` is the
+    instruction the policy saw (MiniWoB's comes from the page); ``website`` has its credentials masked."""
+
+    task_id: Required[str]
+    task_name: str
+    website: str
+    benchmark_name: str
+    domain: str
+    subdomain: str
+    definite_answer: str | None
+    difficulty: int
+    attempt_level: int
+    evaluator_reference: list[RubricGroupRecord]
+
+
+class ActionRecord(TypedDict, total=False):
+    """The action a policy chose (:meth:`engine.actions.AgentAction.to_dict`): ``name`` plus only the fields
+    that differ from their defaults. Coordinates in CSS pixels of the viewport."""
+
+    name: Required[str]
+    x: float | None
+    y: float | None
+    text: str | None
+    direction: str | None
+    url: str | None
+    keys: str | None
+    clear: bool
+    enter: bool
+    seconds: float | None
+    element_id: int | None  # Set-of-Marks: the element the model named
+
+
+class PageEvent(TypedDict):
+    """Something the page did besides the action (:class:`browserpool.protocol.PageEvent`): ``kind`` one of
+    refused, popup, download, filechooser, dialog, permission."""
+
+    kind: str
+    url: str
+    detail: str
+
+
+class RecordError(TypedDict):
+    """What ended an episode (``error``) or one of its earlier attempts (``previous_errors``): an error kind
+    (``worker_lost``, ``browser_timeout``, ``policy``, ``episode_timeout``, ``straggler``, ``internal``...) and
+    its message (capped, credentials masked)."""
+
+    kind: str
+    message: str
+
+
+class StepResult(TypedDict, total=False):
+    """The page after a step's action (``StepRecord.result``)."""
+
+    url: str
+    title: str
+    settle: str  # quiet | busy | timeout | hung | skipped
+    screenshot: str | None  # the new screenshot, relative to the run directory
+    truncated: list[str]  # optional: what the caps cut from that page's texts
+
+
+class FinalPage(TypedDict, total=False):
+    """The page an episode ended on (``EpisodeRecord.final``)."""
+
+    url: str
+    title: str
+    settled: bool
+    screenshot: str | None
+    truncated: list[str]  # optional
+
+
+class FactRecord(TypedDict):
+    """One rubric fact's verdict (:class:`engine.rewards.FactVerdict`)."""
+
+    group: str
+    fact: str
+    check: str  # how it was checked: url | answer | text | js | page | judge ...
+    passed: bool
+    detail: str
+
+
+class RewardRecord(TypedDict, total=False):
+    """An episode's reward (:meth:`engine.rewards.Reward.to_dict`)."""
+
+    value: Required[float | None]  # 1.0 or 0.0; None when no reward could be computed
+    source: str  # program | page | judge | none
+    reason: str
+    facts: list[FactRecord]
+    evidence: dict[str, Any] | None  # what the judge decided on (its calls, kept screenshots...); JSON-able
+
+
+class StepRecord(TypedDict, total=False):
+    """One step of an episode (:meth:`engine.rollout.Rollout._step`): the page the policy saw, its reply and
+    action, and what the action did.
+
+    Always written: ``step`` ... ``policy_version`` and ``timings_ms``. Written when the action ran (not for
+    ``answer``, nor a refused action): ``point``, ``note``, ``page_changed``, ``result`` (and ``events``,
+    ``probe`` when the page had them). The others only when there is something to say."""
+
+    step: Required[int]  # 0-based
+    url: str  # the page the policy saw (credentials masked, capped)
+    title: str
+    screenshot: str | None  # what the policy saw, relative to the run directory
+    settled: bool
+    action: Required[ActionRecord]
+    action_text: str  # the action in one line (AgentAction.describe)
+    reply: str  # the raw model output, or a description for non-model policies
+    thought: str | None
+    parse_error: str | None
+    policy_version: int | None  # the weights' version that produced the reply
+    timings_ms: dict[str, float]  # policy_ms, the worker's phases, step_ms
+    # Optional, from the observation and the reply:
+    elements: list[list[int | float | str]]  # Set-of-Marks: [id, tag, text, x, y, w, h] of the numbered boxes
+    truncated: list[str]  # what the caps cut from the page the step acted on
+    parsed: dict[str, Any]  # the policy's parsed fields, coordinate frames, generation facts (prompt_sha256...)
+    messages: list[dict[str, Any]]  # the chat the model was given, without the episode's system message
+    token_ids: list[int]  # the generated tokens (model policies that return them) ...
+    logprobs: list[float] | None  # ... and their log-probabilities
+    # What the action did:
+    point: list[float] | None  # where a click or type landed (CSS px)
+    note: str | None  # a non-fatal problem with the action
+    events: list[PageEvent]
+    page_changed: bool | None  # None when the worker could not compare the screenshots
+    result: StepResult
+    probe: Any  # the page's own state (the task's probe expression), or {"error": message}
+    error: str  # the action was refused: the page is unchanged
+    # Demonstrations only (train.demos; never in episodes.jsonl):
+    demo_warnings: list[str]
+
+
+class EpisodeRecord(TypedDict, total=False):
+    """One episode: one line of ``episodes.jsonl`` (:meth:`engine.rollout.Rollout._write`).
+
+    The engine writes every key but ``open_events`` (only when the start page did something) and the two the
+    reader merges in from ``judgements.jsonl`` (:func:`engine.store.merge_judgement`)."""
+
+    format_version: int
+    episode_id: str  # "<task_id>#<sample>"
+    sample: int
+    task: Required[TaskRecord]
+    policy: str  # the policy's name
+    system_prompt: str | list[dict[str, Any]] | None  # stored once per episode, not in each step's messages
+    mode: str  # async | sync
+    worker: str | None  # the browser worker of the last attempt
+    status: Required[RecordStatus]
+    reward: RewardRecord | None
+    answer: str | None  # the ``answer`` action's text
+    error: RecordError | None  # what ended the episode (status ``error``)
+    attempts: int
+    previous_errors: list[RecordError]  # attempts lost with their worker, retried
+    open_events: list[PageEvent]  # optional: what the start page did as it loaded
+    steps: list[StepRecord]
+    final: FinalPage | None  # None when the episode never saw a page
+    started_at: float  # wall clock (time.time())
+    duration_s: float
+    timings_ms: dict[str, float]  # wait_browser_ms, navigate_ms
+    # Merged in by the reader from judgements.jsonl (never in episodes.jsonl):
+    judged_at: float | None
+    judge_error: str | None  # the judge failed: the episode stays judge_pending
+
+
+class Judgement(TypedDict, total=False):
+    """One judge verdict: a line of ``judgements.jsonl`` (:meth:`engine.judging.JudgeQueue.judge_record`); the
+    latest per episode counts. ``reward`` None: the judge failed with ``error`` and the episode stays pending.
+    The engine writes every key."""
+
+    episode_id: Required[str]
+    reward: RewardRecord | None
+    error: str | None
+    judged_at: float
+    judge_ms: float
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+class RecordFormatError(ValueError):
+    """A complete line of a run directory's JSONL files that this code cannot read: another record format, not
+    JSON, or not a record of the expected shape. ``malformed``: the line is not JSON at all (the one case a
+    reader may skip: the file's unterminated last line, torn by a killed writer)."""
+
+    def __init__(self, message: str, *, malformed: bool = False) -> None:
+        super().__init__(message)
+        self.malformed = malformed
+
+
+class _Versioned(msgspec.Struct):
+    format_version: int | None = None
+
+
+_VERSION = msgspec.json.Decoder(_Versioned)
+_EPISODE = msgspec.json.Decoder(EpisodeRecord)
+_JUDGEMENT = msgspec.json.Decoder(Judgement)
+_PLAIN = msgspec.json.Decoder()
+
+
+def _where(path: str | Path | None, line_no: int | None) -> str:
+    if path is None:
+        return "a record" if line_no is None else f"record line {line_no}"
+    return f"{path}" if line_no is None else f"{path} line {line_no}"
+
+
+def _reason(exc: msgspec.ValidationError) -> str:
+    """msgspec's message with the field first: ``$.steps[0].step: Expected `int`, got `str```."""
+    message, sep, at = str(exc).rpartition(" - at `")
+    return f"{at.rstrip('`')}: {message}" if sep else f"$: {exc}"
+
+
+def check_version(version: int | None, where: str = "a record") -> None:
+    """Refuse a record format other than :data:`FORMAT_VERSION` with a message that says what to do."""
+    if version is None or version == FORMAT_VERSION:
+        return
+    if version > FORMAT_VERSION:
+        raise RecordFormatError(
+            f"{where} was written by a newer webgym-engine (record format {version}; this code reads "
+            f"{FORMAT_VERSION}): upgrade webgym-engine to read this run directory")
+    raise RecordFormatError(
+        f"{where} was written by an older webgym-engine (record format {version}; this code reads "
+        f"{FORMAT_VERSION}): read this run directory with the webgym-engine release that wrote it (its "
+        f"manifest.json's code_version names it), or run its tasks again into a new run directory")
+
+
+def _loads(line: bytes, where: str) -> Any:
+    """The line as Python objects, for JSON msgspec refuses but ``json`` reads (NaN, Infinity: ``json.dumps``
+    writes them, e.g. a -inf log-probability)."""
+    try:
+        return json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordFormatError(f"{where} is not JSON: {exc}", malformed=True) from None
+
+
+def decode_record(line: bytes, *, path: str | Path | None = None, line_no: int | None = None) -> EpisodeRecord:
+    """One line of ``episodes.jsonl`` as a validated record (a plain dict, exactly as written).
+
+    The format version is checked first (a record of another format may have another shape), then the whole
+    record. Raises :class:`RecordFormatError` (naming ``path`` and ``line_no`` when given) for another format,
+    a line that is not JSON (``malformed``), or a record of the wrong shape.
+    """
+    where = _where(path, line_no)
+    try:
+        version = _VERSION.decode(line).format_version
+    except msgspec.ValidationError as exc:
+        raise RecordFormatError(f"{where} is not an episode record: {_reason(exc)}") from None
+    except msgspec.DecodeError:
+        return _decode_loose(line, where)
+    check_version(version, where)
+    try:
+        _EPISODE.decode(line)
+    except msgspec.ValidationError as exc:
+        raise RecordFormatError(f"{where} is not a valid episode record: {_reason(exc)}") from None
+    # Validated above; returned as written (the typed decode drops unknown keys and makes floats of ints).
+    return _PLAIN.decode(line)  # type: ignore[no-any-return]
+
+
+def _decode_loose(line: bytes, where: str) -> EpisodeRecord:
+    """:func:`decode_record` of a line msgspec cannot parse: not JSON, or JSON with NaN or Infinity."""
+    obj = _loads(line, where)
+    try:
+        version = msgspec.convert(obj, _Versioned).format_version
+    except msgspec.ValidationError as exc:
+        raise RecordFormatError(f"{where} is not an episode record: {_reason(exc)}") from None
+    check_version(version, where)
+    _convert(obj, EpisodeRecord, where, "episode record")
+    return obj  # type: ignore[no-any-return]
+
+
+def decode_judgement(line: bytes, *, path: str | Path | None = None, line_no: int | None = None) -> Judgement:
+    """One line of ``judgements.jsonl`` as a validated verdict (a plain dict); errors as :func:`decode_record`."""
+    where = _where(path, line_no)
+    try:
+        _JUDGEMENT.decode(line)
+    except msgspec.ValidationError as exc:
+        raise RecordFormatError(f"{where} is not a valid judgement: {_reason(exc)}") from None
+    except msgspec.DecodeError:
+        obj = _loads(line, where)
+        _convert(obj, Judgement, where, "judgement")
+        return obj  # type: ignore[no-any-return]
+    return _PLAIN.decode(line)  # type: ignore[no-any-return]
+
+
+def _convert(obj: Any, typ: Any, where: str, what: str) -> None:
+    """Validate ``obj`` (already parsed) as ``typ``."""
+    try:
+        msgspec.convert(obj, typ)
+    except msgspec.ValidationError as exc:
+        raise RecordFormatError(f"{where} is not a valid {what}: {_reason(exc)}") from None

@@ -1,0 +1,190 @@
+"""The typed records of a run directory (:mod:`engine.records`): a real run reads back validated and exactly as
+written; another record format, or a complete line that is not a record, is refused with a message naming the
+file, the line and what to do; a torn last line is left out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from engine.config import RunConfig
+from engine.judging import JudgeQueue
+from engine.records import (
+    FORMAT_VERSION,
+    EpisodeRecord,
+    Judgement,
+    RecordFormatError,
+    StepRecord,
+    decode_judgement,
+    decode_record,
+)
+from engine.rewards import FactVerdict, Reward
+from engine.runner import run
+from engine.sites.server import SiteServer
+from engine.store import RunStore, read_records
+from engine.tasks import parse_task
+from policy.registry import make_policy
+from tests.conftest import subset
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+# What the engine writes only sometimes (EpisodeRecord, StepRecord): everything else it always writes.
+EPISODE_SOMETIMES = {"open_events", "judged_at", "judge_error"}
+STEP_ALWAYS = {"step", "url", "title", "screenshot", "settled", "action", "action_text", "reply", "thought",
+               "parse_error", "policy_version", "timings_ms"}
+STEP_IF_ACTED = {"point", "note", "page_changed", "result"}
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[str]:
+    with SiteServer() as server:
+        yield server.base_url
+
+
+class _Judge:
+    """Stands in for the rubric judge: every episode succeeds."""
+
+    async def judge(self, task: Any, answer: str | None, screenshots: list[tuple[str, bytes]],
+                    steps: list[str] | None = None) -> Reward:
+        facts = [FactVerdict("1", "the page shows it", "judge", True, "seen")]
+        return Reward(1.0, "judge", "all facts met", facts, {"screenshots": [r for r, _ in screenshots]})
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def real_run(tmp_path_factory: pytest.TempPathFactory, sites: str) -> Path:
+    """A run written by the engine: scripted episodes (successes), then random ones (failures), and a judge
+    verdict appended by the judge queue for one of them."""
+    tmp = tmp_path_factory.mktemp("records")
+    tasks = subset(tmp, per_site=1, max_len=4)
+    n = len(tasks.read_text().splitlines())
+    cfg = dict(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=4, workers=1, telemetry=None)
+    _, run_dir = await run(RunConfig(**cfg), make_policy("scripted"), sites)  # type: ignore[arg-type]
+    await run(RunConfig(**cfg, run_dir=str(run_dir), episodes=n + 2, seed=3),  # type: ignore[arg-type]
+              make_policy("random", seed=3), sites)
+    record = read_records(run_dir)[-1]
+    store = RunStore(run_dir)
+    try:
+        await JudgeQueue(_Judge(), store).judge_record(  # type: ignore[arg-type]
+            parse_task(record["task"], run_dir / "episodes.jsonl", "record"), record)
+    finally:
+        store.close()
+    return run_dir
+
+
+def lines_of(run_dir: Path, name: str = "episodes.jsonl") -> list[bytes]:
+    return (run_dir / name).read_bytes().splitlines()
+
+
+def copy_run(real_run: Path, dest: Path, lines: list[bytes], tail: bytes = b"") -> Path:
+    """A run directory of ``lines`` (each written with its newline), then ``tail`` as written."""
+    dest.mkdir()
+    (dest / "episodes.jsonl").write_bytes(b"".join(line + b"\n" for line in lines) + tail)
+    shutil.copy(real_run / "manifest.json", dest / "manifest.json")
+    return dest
+
+
+async def test_engine_run_reads_back_typed_and_as_written(real_run: Path) -> None:
+    raw = lines_of(real_run)
+    records: list[EpisodeRecord] = read_records(real_run)
+    assert len(records) == len(raw) >= 4
+    statuses = {r["status"] for r in records}
+    assert {"success", "failure"} <= statuses
+    episode_keys, step_keys = set(EpisodeRecord.__annotations__), set(StepRecord.__annotations__)
+    acted = 0
+    for n, line in enumerate(raw, 1):
+        written = json.loads(line)
+        assert decode_record(line, path="episodes.jsonl", line_no=n) == written  # exactly as written
+        assert written["format_version"] == FORMAT_VERSION
+        # The types name every key the engine writes, and the engine writes every key they say it always does.
+        assert episode_keys - EPISODE_SOMETIMES <= set(written) <= episode_keys
+        for step in written["steps"]:
+            assert STEP_ALWAYS <= set(step) <= step_keys
+            if "result" in step:
+                acted += 1
+                assert set(step) >= STEP_IF_ACTED
+    assert acted
+    # The judge queue's verdict is a valid Judgement, merged into its record on read.
+    [jline] = lines_of(real_run, "judgements.jsonl")
+    judgement: Judgement = decode_judgement(jline)
+    assert set(judgement) == set(Judgement.__annotations__)
+    [judged] = [r for r in records if r["episode_id"] == judgement["episode_id"]]
+    assert judged["status"] == "success" and judged["reward"] == judgement["reward"]
+    assert judged["judged_at"] == judgement["judged_at"]
+
+
+async def test_newer_record_format_says_upgrade(real_run: Path, tmp_path: Path) -> None:
+    lines = lines_of(real_run)[:3]
+    newer = json.loads(lines[1])
+    newer.update(format_version=FORMAT_VERSION + 1, steps="another shape")  # version checked before the shape
+    run_dir = copy_run(real_run, tmp_path / "run", [lines[0], json.dumps(newer).encode(), lines[2]])
+    with pytest.raises(RecordFormatError) as exc:
+        read_records(run_dir)
+    message = str(exc.value)
+    assert f"{run_dir / 'episodes.jsonl'} line 2 was written by a newer webgym-engine" in message
+    assert f"record format {FORMAT_VERSION + 1}; this code reads {FORMAT_VERSION}" in message
+    assert "upgrade webgym-engine" in message
+
+
+async def test_older_record_format_says_what_to_do(real_run: Path, tmp_path: Path) -> None:
+    older = json.loads(lines_of(real_run)[0])
+    older["format_version"] = 0
+    run_dir = copy_run(real_run, tmp_path / "run", [json.dumps(older).encode()])
+    with pytest.raises(RecordFormatError) as exc:
+        read_records(run_dir)
+    message = str(exc.value)
+    assert f"{run_dir / 'episodes.jsonl'} line 1 was written by an older webgym-engine (record format 0;" in message
+    assert "code_version" in message and "new run directory" in message
+
+
+async def test_wrong_type_on_a_complete_line_names_line_and_field(real_run: Path, tmp_path: Path) -> None:
+    lines = lines_of(real_run)
+    broken = json.loads(lines[1])
+    broken["steps"][0]["step"] = "0"
+    run_dir = copy_run(real_run, tmp_path / "run", [lines[0], json.dumps(broken).encode(), *lines[2:]])
+    with pytest.raises(RecordFormatError) as exc:
+        read_records(run_dir)
+    assert str(exc.value) == (f"{run_dir / 'episodes.jsonl'} line 2 is not a valid episode record: "
+                              "$.steps[0].step: Expected `int`, got `str`")
+    assert not exc.value.malformed
+    # A status no engine writes, a missing key the reader needs: the same.
+    for change, field in (({"status": "done"}, "$.status"), ({"task": {"task_name": "x"}}, "$.task")):
+        bad = json.dumps({**json.loads(lines[0]), **change}).encode()
+        with pytest.raises(RecordFormatError, match=rf"^run/x.jsonl line 7 is not a valid episode record: \{field}"):
+            decode_record(bad, path="run/x.jsonl", line_no=7)
+
+
+async def test_a_complete_line_that_is_not_json_is_refused(real_run: Path, tmp_path: Path) -> None:
+    lines = lines_of(real_run)
+    run_dir = copy_run(real_run, tmp_path / "run", [lines[0], lines[1][:50], lines[2]])
+    with pytest.raises(RecordFormatError, match=r"episodes\.jsonl line 2 is not JSON") as exc:
+        read_records(run_dir)
+    assert exc.value.malformed
+
+
+async def test_torn_last_line_is_ignored(real_run: Path, tmp_path: Path) -> None:
+    lines = lines_of(real_run)
+    run_dir = copy_run(real_run, tmp_path / "run", lines[:2], tail=lines[2][:60])  # killed mid-write
+    assert [r["episode_id"] for r in read_records(run_dir)] == [json.loads(x)["episode_id"] for x in lines[:2]]
+    (run_dir / "judgements.jsonl").write_bytes(lines_of(real_run, "judgements.jsonl")[0][:30])
+    assert len(read_records(run_dir)) == 2
+    # The writer cuts it when the run resumes.
+    RunStore(run_dir).close()
+    assert (run_dir / "episodes.jsonl").read_bytes() == b"".join(x + b"\n" for x in lines[:2])
+
+
+async def test_json_the_engine_writes_beyond_msgspec_reads(real_run: Path) -> None:
+    """``json.dumps`` writes NaN and -Infinity (a model's -inf log-probability): such a record still reads."""
+    record = json.loads(lines_of(real_run)[0])
+    record["steps"][0]["logprobs"] = [-0.5, float("-inf")]
+    record["steps"][0]["probe"] = {"raw_reward": float("nan")}
+    decoded = decode_record(json.dumps(record).encode())
+    assert decoded["steps"][0]["logprobs"] == [-0.5, float("-inf")]
+    record["format_version"] = FORMAT_VERSION + 1
+    with pytest.raises(RecordFormatError, match="newer webgym-engine"):
+        decode_record(json.dumps(record).encode())
