@@ -1,0 +1,175 @@
+"""The step-level environments: AsyncWebEnv on a shared engine core, WebEnv as a gymnasium.Env.
+
+Real parts throughout: the bundled sites' server, browser workers with Chromium, the engine core's store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from engine.agent.prompts import AgentConfig
+from engine.config import RunConfig
+from engine.core import EngineCore
+from engine.env import AsyncWebEnv, EpisodeError
+from engine.gym_env import CoreThread, WebEnv
+from engine.store import read_records
+from engine.tasks import load_tasks
+from policy.registry import BackendConfig, make_policy
+from policy.scripted import ScriptedPolicy
+from tests.conftest import subset
+from train.export import export_sharegpt
+from viewer.report import build_report
+
+
+async def test_64_envs_with_scripted_solutions_solve_every_task(tmp_path: Path, site_server: str) -> None:
+    tasks = load_tasks(subset(tmp_path, per_site=16, max_len=6), site_server)
+    assert len(tasks) >= 40
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=64, workers=2, telemetry=None)
+    oracle = ScriptedPolicy()  # the "trainer": reads the page through the env's request, like a demonstrator
+
+    async def solve(env: AsyncWebEnv, task_index: int) -> dict:
+        task = tasks[task_index % len(tasks)]
+        obs, info = await env.reset(task)
+        assert obs["screenshot"][:2] == b"\xff\xd8" and info["task_id"] == task.task_id
+        while True:
+            assert env.request is not None
+            reply = await oracle.act(env.request)
+            obs, reward, terminated, truncated, info = await env.step(reply.action.to_dict())
+            if terminated or truncated:
+                await oracle.end_episode(info["episode_id"])
+                return {"reward": reward, "terminated": terminated, "status": info["status"]}
+
+    async with EngineCore(cfg) as core:
+        envs = [AsyncWebEnv(core, oracle=True) for _ in range(64)]
+        results = await asyncio.wait_for(asyncio.gather(*(solve(e, i) for i, e in enumerate(envs))), 400)
+        assert core.stats.summary()["episodes"] == 64
+    assert all(r == {"reward": 1.0, "terminated": True, "status": "success"} for r in results), results
+    records = read_records(core.run_dir)  # type: ignore[arg-type]
+    assert len(records) == 64 and {r["status"] for r in records} == {"success"}
+    assert all(r["policy"] == "env" and r["steps"] for r in records)
+
+
+async def test_reply_text_with_a_broken_tool_call_is_a_recorded_wait(tmp_path: Path, site_server: str) -> None:
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    async with EngineCore(cfg) as core:
+        env = AsyncWebEnv(core, tasks, decode=True)
+        obs, info = await env.reset(seed=3)
+        assert obs["image"].shape == (obs["height"], obs["width"], 3)
+        chat, images = env.messages()
+        assert chat[0]["role"] == "system" and set(images) == {info["frame"]}
+        broken = 'Thought: click it\nAction: click\n<tool_call>\n{"name": "computer_use", "arguments": {"action": '
+        obs, reward, terminated, truncated, info = await env.step(broken)
+        assert (reward, terminated, truncated) == (0.0, False, False)
+        assert info["action"] == {"name": "wait"} and info["parse_error"]
+        # A good reply on the grid: the same parser and coordinate frames as `run`.
+        good = ('<tool_call>\n{"name": "computer_use", "arguments": {"action": "left_click", '
+                '"coordinate": [500, 500]}}\n</tool_call>')
+        obs, *_, info = await env.step(good)
+        assert info["action"]["name"] == "left_click" and info["parse_error"] is None
+        assert info["action"]["x"] == pytest.approx(obs["width"] / 2, abs=1)
+        obs, reward, terminated, truncated, info = await env.step({"name": "answer", "text": "done"})
+        assert terminated and not truncated and info["status"] in ("success", "failure")
+        with pytest.raises(RuntimeError, match="reset"):
+            await env.step({"name": "wait"})
+    [record] = read_records(core.run_dir)  # type: ignore[arg-type]
+    first = record["steps"][0]
+    assert first["action"] == {"name": "wait"} and first["parse_error"] and first["reply"] == broken
+    assert first["messages"][0]["role"] == "user"  # recorded like `run` records a model's step
+    assert record["steps"][1]["parsed"]["frames"]
+
+
+async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path, site_server: str) -> None:
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    async with EngineCore(cfg) as core:
+        env = AsyncWebEnv(core, tasks)
+        await env.reset(tasks[0])
+        os.kill(core.pool.workers["w0"].pid, signal.SIGKILL)
+        with pytest.raises(EpisodeError) as caught:
+            for _ in range(20):
+                await env.step({"name": "scroll", "direction": "down"})
+        assert caught.value.kind == "worker_lost" and caught.value.record["status"] == "error"
+        await core.pool.wait_for_workers(1, 60)
+        obs, info = await env.reset(tasks[0])  # a fresh episode on the replacement worker
+        assert obs["screenshot"] and info["step"] == 0
+        await env.close()  # the live episode ends with its one record
+    records = read_records(core.run_dir)  # type: ignore[arg-type]
+    assert [r["error"]["kind"] for r in records] == ["worker_lost", "abandoned"]
+    assert len({r["episode_id"] for r in records}) == 2
+
+
+async def test_env_runs_open_in_the_viewer_and_export(tmp_path: Path, site_server: str) -> None:
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1)
+    oracle = ScriptedPolicy()
+    async with EngineCore(cfg) as core:
+        for task in tasks[:3]:
+            env = AsyncWebEnv(core, oracle=True)
+            await env.reset(task)
+            while env.request is not None:
+                reply = await oracle.act(env.request)
+                *_, terminated, truncated, _ = await env.step(reply.action.to_dict())
+                if terminated or truncated:
+                    break
+    run_dir = Path(core.run_dir)  # type: ignore[arg-type]
+    index = build_report(run_dir)
+    assert index.exists() and len(list((index.parent / "data").glob("ep-*.js"))) == 3
+    summary = (index.parent / "data" / "summary.js").read_text()
+    assert '"total":3' in summary and '"succeeded":3' in summary
+    out = tmp_path / "export.jsonl"
+    result = export_sharegpt(run_dir, out, only_success=True)
+    lines = out.read_text().splitlines()
+    assert result["samples"] == len(lines) > 0
+    assert all(s["conversations"] and s["images"] for s in map(json.loads, lines))
+
+
+def test_web_env_passes_gymnasiums_checker(tmp_path: Path) -> None:
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    with CoreThread(cfg, serve_sites=True) as core:
+        assert core.base_url is not None
+        tasks = load_tasks(subset(tmp_path, per_site=1), core.base_url)
+        env = WebEnv(core, tasks)
+        check_env(env, skip_render_check=True)
+        obs, info = env.reset(seed=1, options={"task_id": tasks[0].task_id})
+        assert obs["screenshot"].shape == env.observation_space["screenshot"].shape
+        assert info["task_id"] == tasks[0].task_id
+        _, reward, terminated, truncated, info = env.step({"name": "answer", "text": "x"})
+        assert terminated and isinstance(reward, float) and "verdict" not in info
+        env.close()
+
+
+async def test_the_env_gives_the_model_what_run_would(tmp_path: Path, site_server: str) -> None:
+    """env.messages() is the chat the agent policy of `run` builds for the same step, and reply text is read into
+    the same action as `run` reads it (a simulated model's replies; window 1, so summaries appear)."""
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    agent = AgentConfig(window=1)
+    policy = make_policy("simulated", agent=agent, backend=BackendConfig(sim_speed=100))
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    await policy.start()
+    try:
+        async with EngineCore(cfg) as core:
+            env = AsyncWebEnv(core, tasks, agent=agent)
+            await env.reset(tasks[0])
+            for _ in range(4):
+                assert env.request is not None
+                reply = await policy.act(env.request)
+                chat, images = env.messages()
+                refs = {p["image"] for m in chat if isinstance(m["content"], list)
+                        for p in m["content"] if p["type"] == "image"}
+                assert chat == reply.messages and set(images) == refs
+                *_, terminated, truncated, info = await env.step(reply.text)
+                assert info["action"] == reply.action.to_dict() and info["parse_error"] == reply.parse_error
+                if terminated or truncated:
+                    break
+            else:
+                assert any("Step 0" in p.get("text", "") for p in env.messages()[0][1]["content"])
+    finally:
+        await policy.close()
