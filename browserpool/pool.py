@@ -251,7 +251,16 @@ class BrowserPool:
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Bind the socket, start the workers and wait until each has said hello."""
+        """Bind the socket, start the workers and wait until each has said hello. A start that fails closes the
+        pool again (workers, socket, context): a pool left for the garbage collector could block in zmq's
+        context termination wherever the collector happens to run."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         self._secure_socket()
         # What engines killed before they could clean up left behind (never a live engine's).
         reaped = reap_stale()
@@ -276,11 +285,9 @@ class BrowserPool:
         try:
             await self.wait_for_workers(self.cfg.workers, self.cfg.start_timeout_s)
         except TimeoutError:
-            await self.close()
             raise PoolError(f"browser workers did not start within {self.cfg.start_timeout_s:g} s "
                             f"(Chromium at {self.cfg.worker.chromium_path}?)") from None
         if self.broken:
-            await self.close()
             raise PoolError(f"browser workers cannot start: {self.broken}")
 
     def _secure_socket(self) -> None:  # called from start(), on the event loop
@@ -308,7 +315,9 @@ class BrowserPool:
         await asyncio.wait_for(enough(), timeout)
 
     async def close(self) -> None:
-        """Shut every worker down, then the socket; unlink any segment left behind."""
+        """Shut every worker down, then the socket; unlink any segment left behind. A second call does nothing."""
+        if self._zctx.closed:
+            return
         self._closing = True
         for h in self.workers.values():
             if h.alive and h.identity:

@@ -61,7 +61,7 @@ class _TrainerPolicy(Policy):
         self.som = protocol.som
         self.history_frames = protocol.window  # the screenshots messages() shows
         self.wants_page_probe = oracle
-        self.asked: asyncio.Future[PolicyRequest] | None = None
+        self.asked: asyncio.Future[PolicyRequest | None] | None = None
         self.reply: asyncio.Future[PolicyReply] | None = None
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
@@ -69,6 +69,11 @@ class _TrainerPolicy(Policy):
         if self.asked is not None and not self.asked.done():
             self.asked.set_result(request)
         return await self.reply
+
+    def episode_ended(self, _job: object) -> None:
+        """The episode's task is done (its record written, or cancelled): wake the env waiting for a request."""
+        if self.asked is not None and not self.asked.done():
+            self.asked.set_result(None)
 
 
 class AsyncWebEnv:
@@ -182,13 +187,20 @@ class AsyncWebEnv:
 
     async def _next_request(self) -> PolicyRequest | None:
         """The rollout's next request for an action, or None once the episode has its record."""
-        assert self._job is not None
-        asked = self._policy.asked = asyncio.get_running_loop().create_future()
-        await asyncio.wait([asked, self._job], return_when=asyncio.FIRST_COMPLETED)
-        if asked.done():
-            return asked.result()
-        asked.cancel()
-        self.record = self._job.result()
+        job = self._job
+        assert job is not None
+        if not job.done():
+            # One future per step: the rollout's next act() fills it, or the episode's end does (a done
+            # callback, cheaper than asyncio.wait's per-call bookkeeping on this hot path).
+            asked = self._policy.asked = asyncio.get_running_loop().create_future()
+            job.add_done_callback(self._policy.episode_ended)
+            try:
+                request = await asked
+            finally:
+                job.remove_done_callback(self._policy.episode_ended)
+            if request is not None:
+                return request
+        self.record = job.result()
         if self.record["status"] == "error":
             raise EpisodeError(self.record)
         return None

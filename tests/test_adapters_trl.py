@@ -30,9 +30,7 @@ from transformers import (  # noqa: E402
     AutoImageProcessor,
     AutoModelForImageTextToText,
     AutoTokenizer,
-    Qwen3VLProcessor,
 )
-from transformers.processing_utils import ProcessorMixin  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import qwen3_vl_chat_template  # noqa: E402
 
@@ -42,20 +40,9 @@ from engine.store import read_records  # noqa: E402
 from engine.tasks import load_tasks  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402
+from tests.image_processor import ImageOnlyQwen3VLProcessor  # noqa: E402
 from train.adapters import jpeg_to_pil  # noqa: E402
 from train.adapters.trl import WebEnvironment, environment_factory, web_dataset  # noqa: E402
-
-
-class ImageOnlyQwen3VLProcessor(Qwen3VLProcessor):
-    """Qwen3VLProcessor with its image processor and tokenizer only (module docstring: no torchvision here)."""
-
-    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
-                 **kwargs: Any) -> None:
-        for name, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
-                            ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
-            setattr(self, f"{name}_token", token)
-            setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
-        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
 
 def tool_call(arguments: dict[str, Any]) -> str:

@@ -36,8 +36,7 @@ import pytest
 pytest.importorskip("torch", reason="the veRL adapter test needs torch and transformers (pip install -e '.[hf]')")
 pytest.importorskip("transformers", reason="the veRL adapter test needs transformers (pip install -e '.[hf]')")
 
-from transformers import AutoImageProcessor, AutoTokenizer, Qwen3VLProcessor  # noqa: E402
-from transformers.processing_utils import ProcessorMixin  # noqa: E402
+from transformers import AutoImageProcessor, AutoTokenizer  # noqa: E402
 
 from engine.config import RunConfig  # noqa: E402
 from engine.gym_env import CoreThread  # noqa: E402
@@ -45,6 +44,7 @@ from engine.store import read_records  # noqa: E402
 from engine.tasks import Task, load_tasks  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402
+from tests.image_processor import ImageOnlyQwen3VLProcessor  # noqa: E402
 from train.adapters import jpeg_to_pil  # noqa: E402
 from train.adapters.verl import AGENT_NAME, WebAgentLoopMixin, dataset_rows  # noqa: E402
 
@@ -55,16 +55,6 @@ SCRIPT = [
 ]
 
 
-class ImageOnlyQwen3VLProcessor(Qwen3VLProcessor):
-    """Qwen3VLProcessor with its image processor and tokenizer only (module docstring: no torchvision here)."""
-
-    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
-                 **kwargs: Any) -> None:
-        for name, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
-                            ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
-            setattr(self, f"{name}_token", token)
-            setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
-        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
 
 @dataclass

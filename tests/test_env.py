@@ -29,7 +29,7 @@ from viewer.report import build_report
 
 
 async def test_64_envs_with_scripted_solutions_solve_every_task(tmp_path: Path, site_server: str) -> None:
-    tasks = load_tasks(subset(tmp_path, per_site=16, max_len=6), site_server)
+    tasks = load_tasks(subset(tmp_path, per_site=16, max_len=3), site_server)
     assert len(tasks) >= 40
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=64, workers=2, telemetry=None)
     oracle = ScriptedPolicy()  # the "trainer": reads the page through the env's request, like a demonstrator

@@ -188,7 +188,7 @@ async def test_a_hand_started_worker_follows_the_engines_network_policy(loopback
 
 
 async def test_tcp_without_keys_needs_insecure() -> None:
-    with pytest.raises(PoolError, match="--insecure"):
+    with pytest.raises(PoolError, match="PoolConfig.insecure"):
         await BrowserPool(PoolConfig(workers=1, spawn=False, listen="tcp://127.0.0.1:0")).start()
     res = cli("worker", "--connect", "tcp://127.0.0.1:9")
     assert res.returncode != 0 and "--insecure" in res.stderr
@@ -199,7 +199,7 @@ async def test_tcp_without_keys_needs_insecure() -> None:
 async def test_telemetry_on_tcp_lets_in_only_allowed_monitors(keys: Path, tmp_path: Path) -> None:
     """The telemetry socket on tcp is a CURVE server with the engine's keys: an allowed monitor gets the feed, a
     subscriber without a key gets nothing; without keys, tcp telemetry needs insecure."""
-    with pytest.raises(KeyFileError, match="--insecure"):
+    with pytest.raises(KeyFileError, match="RunConfig.insecure"):
         TelemetryPublisher("tcp://127.0.0.1:*", tmp_path)
     server = ServerKeys.load(keys / "keys" / "engine.key_secret", keys / "allowed")
     pub = TelemetryPublisher("tcp://127.0.0.1:*", tmp_path, server_keys=server)

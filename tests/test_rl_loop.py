@@ -51,7 +51,7 @@ concurrency = 16
 workers = 1
 device = "cpu"
 max_tokens = 8
-step_caps = [4, 4, 4]  # short episodes: the plumbing is tested, not how far a random model wanders
+step_caps = [2, 2, 2]  # short episodes: the plumbing is tested, not how far a random model wanders
 output_dir = "{tmp_path / 'rl'}"
 
 [train]
