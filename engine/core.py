@@ -207,9 +207,13 @@ class EngineCore:
         record when a judged episode's verdict arrives (its status is then no longer ``judge_pending``)."""
         self._record_hooks.append(hook)
 
-    def on_verdict(self, episode_id: str, hook: Callable[[dict[str, Any]], None]) -> None:
-        """Call ``hook(merged record)`` once when this judged episode's verdict arrives."""
-        self._verdict_hooks[episode_id] = hook
+    def on_verdict(self, episode_id: str, hook: Callable[[dict[str, Any]], None] | None) -> None:
+        """Call ``hook(merged record)`` once when this judged episode's verdict arrives (register it before the
+        episode can end: a cached verdict may come at once); None forgets the hook."""
+        if hook is None:
+            self._verdict_hooks.pop(episode_id, None)
+        else:
+            self._verdict_hooks[episode_id] = hook
 
     def _status(self, status: EpisodeStatus) -> None:
         for hook in self._status_hooks:

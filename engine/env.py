@@ -98,6 +98,7 @@ class AsyncWebEnv:
         self._rng = random.Random()
         self.rollout: Rollout | None = None
         self._job: asyncio.Future[dict[str, Any]] | None = None
+        self._verdict: asyncio.Future[dict[str, Any]] | None = None  # the judged episode's merged record
         self.record: dict[str, Any] | None = None  # the last finished episode's record
 
     # --- the episode ----------------------------------------------------------------------------------
@@ -115,6 +116,9 @@ class AsyncWebEnv:
         ctx = self.core.context(self._policy, settings=settings, policy_slots=asyncio.Semaphore(1))
         self.rollout = self.core.rollout(ctx, chosen)
         self.record = None
+        # Before the episode can end: a judge with a cached verdict may answer as soon as the record is written.
+        verdict = self._verdict = asyncio.get_running_loop().create_future()
+        self.core.on_verdict(self.rollout.episode_id, lambda merged: verdict.done() or verdict.set_result(merged))
         self._job = asyncio.ensure_future(self.core.run_episode(self.rollout))
         request = await self._next_request()
         if request is None:
@@ -201,6 +205,8 @@ class AsyncWebEnv:
             if request is not None:
                 return request
         self.record = job.result()
+        if self.record["status"] != "judge_pending":
+            self.core.on_verdict(self.record["episode_id"], None)  # no verdict will come
         if self.record["status"] == "error":
             raise EpisodeError(self.record)
         return None
@@ -250,9 +256,7 @@ class AsyncWebEnv:
         ended_by_agent = rollout.answer is not None or bool((getattr(rollout, "page_state", None) or {}).get("done"))
         info = {**info, "episode_id": record["episode_id"], "record": record, "status": record["status"]}
         if record["status"] == "judge_pending":
-            verdict: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self.core.on_verdict(record["episode_id"], lambda merged: verdict.done() or verdict.set_result(merged))
-            info["verdict"] = verdict  # resolves to the record with the judge's reward merged in
+            info["verdict"] = self._verdict  # resolves to the record with the judge's reward merged in
         return self._observation(), float(reward or 0.0), ended_by_agent, not ended_by_agent, info
 
     async def _abandon(self, reason: str) -> None:
@@ -264,3 +268,4 @@ class AsyncWebEnv:
         with contextlib.suppress(asyncio.CancelledError):
             await job
         self.record = await rollout.end_with_error("abandoned", reason)  # ... so the env writes its one record
+        self.core.on_verdict(rollout.episode_id, None)

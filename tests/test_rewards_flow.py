@@ -13,6 +13,8 @@ import pytest_asyncio
 
 from engine.api import RolloutService
 from engine.config import RunConfig
+from engine.core import EngineCore
+from engine.env import AsyncWebEnv
 from engine.judge import JudgeConfig, RubricJudge
 from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.runner import run
@@ -176,3 +178,23 @@ async def test_the_service_cuts_stragglers_of_a_batch_like_run(tmp_path: Path, s
     slow = records.pop("slow")
     assert slow["status"] == "error" and slow["error"]["kind"] == "straggler" and len(slow["steps"]) < 8
     assert {r["status"] for r in records.values()} == {"success"}
+
+
+async def test_an_env_episode_gets_the_judges_verdict_later(tmp_path: Path, sites: str,
+                                                            judge_server: ChatTestServer) -> None:
+    """A task without checks of its own: the env's last step says judge_pending, and info["verdict"] resolves to
+    the record with the judge's reward merged in (the rollout never waited for it)."""
+    checked = json.loads(subset(tmp_path, per_site=1).read_text().splitlines()[0])
+    unchecked = {**checked, "task_id": "judged",
+                 "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names a product"]}]}
+    tasks_file = tmp_path / "tasks.jsonl"
+    tasks_file.write_text(json.dumps(unchecked) + "\n")
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    async with EngineCore(cfg, judge=judge_of(tmp_path, judge_server), base_url=sites) as core:
+        env = AsyncWebEnv(core, load_tasks(tasks_file, sites))
+        await env.reset("judged")
+        *_, terminated, _, info = await env.step({"name": "answer", "text": "a mug"})
+        assert terminated and info["status"] == "judge_pending"
+        merged = await asyncio.wait_for(info["verdict"], 60)
+    assert merged["status"] == "success" and merged["reward"]["source"] == "judge"
+    assert read_records(core.run_dir)[0]["status"] == "success"  # type: ignore[arg-type]
