@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,6 @@ class EngineCore:
         self._site_mounts = site_mounts
         self.stats = RunStats()
         self.policy_slots = asyncio.Semaphore(cfg.policy_concurrency)  # the policy queue (level 2), FIFO
-        self.policy_cap = cfg.policy_concurrency
         self.pool: BrowserPool = pool  # type: ignore[assignment]  # set by start() when not given
         self.store: RunStore = store  # type: ignore[assignment]
         self._own_pool, self._own_store = pool is None, store is None
@@ -286,25 +285,42 @@ class EngineCore:
         await self.wait(self.submit(self.context(policy), plan))
         return self.stats
 
-    async def run_episode(self, rollout: Rollout) -> dict[str, Any]:
-        """Run one rollout to its record in a task of its own (so that a straggler cut can stop it alone)."""
+    async def run_episode(self, rollout: Rollout,
+                          on_verdict: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Run one rollout to its record in a task of its own (so that a straggler cut can stop it alone).
+        ``on_verdict``: called with the merged record when the judge rewards this episode later."""
         await self.start_policy(rollout.ctx.policy)
-        job = asyncio.ensure_future(rollout.run())
-        self._jobs[rollout.episode_id] = job
-        try:
-            await asyncio.wait([job])
-        finally:
-            if not job.done():  # the caller was cancelled: so is the episode (no record: a resume reruns it)
-                job.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job
-            self._jobs.pop(rollout.episode_id, None)
-        if job.cancelled():
-            if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
-                raise asyncio.CancelledError
-            await rollout.end_with_error("straggler", self._straggler_reason)
+        with self._awaiting_verdict(rollout, on_verdict):
+            job = asyncio.ensure_future(rollout.run())
+            self._jobs[rollout.episode_id] = job
+            try:
+                await asyncio.wait([job])
+            finally:
+                if not job.done():  # the caller was cancelled: so is the episode (no record: a resume reruns it)
+                    job.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await job
+                self._jobs.pop(rollout.episode_id, None)
+            if job.cancelled():
+                if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
+                    raise asyncio.CancelledError
+                await rollout.end_with_error("straggler", self._straggler_reason)
         assert rollout.record is not None
         return rollout.record
+
+    @contextlib.contextmanager
+    def _awaiting_verdict(self, rollout: Rollout, hook: Callable[[dict[str, Any]], None] | None) -> Iterator[None]:
+        """Register ``hook`` for the episode's verdict before the episode can end (a judge with a cached verdict
+        answers as soon as the record is written); forget it unless the episode ended waiting for the judge."""
+        if hook is None:
+            yield
+            return
+        self.on_verdict(rollout.episode_id, hook)
+        try:
+            yield
+        finally:
+            if rollout.record is None or rollout.record["status"] != "judge_pending":
+                self.on_verdict(rollout.episode_id, None)
 
     async def start_policy(self, policy: Policy) -> None:
         """Start ``policy`` once (shared by every rollout of it); the core closes it. Raises what start raised."""
@@ -341,15 +357,19 @@ class EngineCore:
             return
         if rollout.cut_requested:
             await rollout.end_with_error("straggler", self._straggler_reason)
-        else:
-            try:
-                await self.start_policy(rollout.ctx.policy)
-            except Exception as exc:  # noqa: BLE001 - a policy that cannot start ends its episodes, not the engine
-                await rollout.end_with_error("policy", f"the policy did not start: {exc}")
-            else:
-                await self.run_episode(rollout)
-        assert rollout.record is not None
-        self._delivered(rollout)
+        elif await self._policy_started(rollout):
+            await self.run_episode(rollout, self._redelivery(rollout))
+        self._deliver(rollout)
+
+    async def _policy_started(self, rollout: Rollout) -> bool:
+        """Start the rollout's policy; a policy that cannot start ends its episodes (error records), not the
+        engine."""
+        try:
+            await self.start_policy(rollout.ctx.policy)
+        except Exception as exc:  # noqa: BLE001 - any failure of a policy's start
+            await rollout.end_with_error("policy", f"the policy did not start: {exc}")
+            return False
+        return True
 
     async def _sync_runner(self) -> None:
         # The synchronous baseline (benchmarks only): a batch of `concurrency` episodes advances in lock-step,
@@ -358,27 +378,25 @@ class EngineCore:
             batch = [await self._pending.get()]
             while len(batch) < self.cfg.concurrency and not self._pending.empty():
                 batch.append(self._pending.get_nowait())
-            live = []
+            live = [r for r in batch if await self._policy_started(r)]
+            with contextlib.ExitStack() as verdicts:
+                for r in live:
+                    verdicts.enter_context(self._awaiting_verdict(r, self._redelivery(r)))
+                while active := [r for r in live if not r.finished]:
+                    await asyncio.gather(*(r.advance() for r in active))
             for r in batch:
-                try:
-                    await self.start_policy(r.ctx.policy)
-                except Exception as exc:  # noqa: BLE001 - as in the asynchronous runner
-                    await r.end_with_error("policy", f"the policy did not start: {exc}")
-                else:
-                    live.append(r)
-            while active := [r for r in live if not r.finished]:
-                await asyncio.gather(*(r.advance() for r in active))
-            for r in batch:
-                self._delivered(r)
+                self._deliver(r)
 
-    def _delivered(self, rollout: Rollout) -> None:
-        record = rollout.record
+    def _redelivery(self, rollout: Rollout) -> Callable[[dict[str, Any]], None] | None:
+        """What hands a judged episode's merged record to the record hooks (None: nobody listens)."""
+        if not self._record_hooks:
+            return None
+        return lambda merged: self._deliver(rollout, merged)
+
+    def _deliver(self, rollout: Rollout, record: dict[str, Any] | None = None) -> None:
+        """Hand a finished episode's record (or, later, its merged record) to the record hooks."""
+        record = record or rollout.record
         assert record is not None
-        if record["status"] == "judge_pending" and self._record_hooks:
-            self.on_verdict(rollout.episode_id, lambda merged: self._call_record_hooks(rollout, merged))
-        self._call_record_hooks(rollout, record)
-
-    def _call_record_hooks(self, rollout: Rollout, record: dict[str, Any]) -> None:
         for hook in self._record_hooks:
             hook(rollout, record)
 

@@ -116,10 +116,9 @@ class AsyncWebEnv:
         ctx = self.core.context(self._policy, settings=settings, policy_slots=asyncio.Semaphore(1))
         self.rollout = self.core.rollout(ctx, chosen)
         self.record = None
-        # Before the episode can end: a judge with a cached verdict may answer as soon as the record is written.
         verdict = self._verdict = asyncio.get_running_loop().create_future()
-        self.core.on_verdict(self.rollout.episode_id, lambda merged: verdict.done() or verdict.set_result(merged))
-        self._job = asyncio.ensure_future(self.core.run_episode(self.rollout))
+        self._job = asyncio.ensure_future(self.core.run_episode(
+            self.rollout, on_verdict=lambda merged: verdict.done() or verdict.set_result(merged)))
         request = await self._next_request()
         if request is None:
             return self._ended_at_open()
@@ -205,8 +204,6 @@ class AsyncWebEnv:
             if request is not None:
                 return request
         self.record = job.result()
-        if self.record["status"] != "judge_pending":
-            self.core.on_verdict(self.record["episode_id"], None)  # no verdict will come
         if self.record["status"] == "error":
             raise EpisodeError(self.record)
         return None
@@ -268,4 +265,3 @@ class AsyncWebEnv:
         with contextlib.suppress(asyncio.CancelledError):
             await job
         self.record = await rollout.end_with_error("abandoned", reason)  # ... so the env writes its one record
-        self.core.on_verdict(rollout.episode_id, None)

@@ -234,13 +234,6 @@ class RecordFormatError(ValueError):
         self.malformed = malformed
 
 
-class _Versioned(msgspec.Struct):
-    format_version: int | None = None
-
-
-_VERSION = msgspec.json.Decoder(_Versioned)
-_EPISODE = msgspec.json.Decoder(EpisodeRecord)
-_JUDGEMENT = msgspec.json.Decoder(Judgement)
 _PLAIN = msgspec.json.Decoder()
 
 
@@ -270,9 +263,13 @@ def check_version(version: int | None, where: str = "a record") -> None:
         f"manifest.json's code_version names it), or run its tasks again into a new run directory")
 
 
-def _loads(line: bytes, where: str) -> Any:
-    """The line as Python objects, for JSON msgspec refuses but ``json`` reads (NaN, Infinity: ``json.dumps``
-    writes them, e.g. a -inf log-probability)."""
+def _parse(line: bytes, where: str) -> Any:
+    """The line as Python objects (msgspec's parser; ``json`` for what msgspec refuses but ``json.dumps``
+    writes: NaN, Infinity, e.g. a -inf log-probability)."""
+    try:
+        return _PLAIN.decode(line)
+    except msgspec.DecodeError:
+        pass
     try:
         return json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -282,33 +279,16 @@ def _loads(line: bytes, where: str) -> Any:
 def decode_record(line: bytes, *, path: str | Path | None = None, line_no: int | None = None) -> EpisodeRecord:
     """One line of ``episodes.jsonl`` as a validated record (a plain dict, exactly as written).
 
-    The format version is checked first (a record of another format may have another shape), then the whole
-    record. Raises :class:`RecordFormatError` (naming ``path`` and ``line_no`` when given) for another format,
-    a line that is not JSON (``malformed``), or a record of the wrong shape.
+    The line is parsed once; its format version is checked first (a record of another format may have another
+    shape), then the whole record. Raises :class:`RecordFormatError` (naming ``path`` and ``line_no`` when
+    given) for another format, a line that is not JSON (``malformed``), or a record of the wrong shape.
     """
     where = _where(path, line_no)
-    try:
-        version = _VERSION.decode(line).format_version
-    except msgspec.ValidationError as exc:
-        raise RecordFormatError(f"{where} is not an episode record: {_reason(exc)}") from None
-    except msgspec.DecodeError:
-        return _decode_loose(line, where)
-    check_version(version, where)
-    try:
-        _EPISODE.decode(line)
-    except msgspec.ValidationError as exc:
-        raise RecordFormatError(f"{where} is not a valid episode record: {_reason(exc)}") from None
-    # Validated above; returned as written (the typed decode drops unknown keys and makes floats of ints).
-    return _PLAIN.decode(line)  # type: ignore[no-any-return]
-
-
-def _decode_loose(line: bytes, where: str) -> EpisodeRecord:
-    """:func:`decode_record` of a line msgspec cannot parse: not JSON, or JSON with NaN or Infinity."""
-    obj = _loads(line, where)
-    try:
-        version = msgspec.convert(obj, _Versioned).format_version
-    except msgspec.ValidationError as exc:
-        raise RecordFormatError(f"{where} is not an episode record: {_reason(exc)}") from None
+    obj = _parse(line, where)
+    version = obj.get("format_version") if isinstance(obj, dict) else None
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise RecordFormatError(f"{where} is not an episode record: $.format_version: Expected `int | null`, "
+                                f"got `{type(version).__name__}`")
     check_version(version, where)
     _convert(obj, EpisodeRecord, where, "episode record")
     return obj  # type: ignore[no-any-return]
@@ -317,15 +297,9 @@ def _decode_loose(line: bytes, where: str) -> EpisodeRecord:
 def decode_judgement(line: bytes, *, path: str | Path | None = None, line_no: int | None = None) -> Judgement:
     """One line of ``judgements.jsonl`` as a validated verdict (a plain dict); errors as :func:`decode_record`."""
     where = _where(path, line_no)
-    try:
-        _JUDGEMENT.decode(line)
-    except msgspec.ValidationError as exc:
-        raise RecordFormatError(f"{where} is not a valid judgement: {_reason(exc)}") from None
-    except msgspec.DecodeError:
-        obj = _loads(line, where)
-        _convert(obj, Judgement, where, "judgement")
-        return obj  # type: ignore[no-any-return]
-    return _PLAIN.decode(line)  # type: ignore[no-any-return]
+    obj = _parse(line, where)
+    _convert(obj, Judgement, where, "judgement")
+    return obj  # type: ignore[no-any-return]
 
 
 def _convert(obj: Any, typ: Any, where: str, what: str) -> None:

@@ -169,7 +169,7 @@ class TelemetryPublisher:
         self.stats = core.stats
         self.pool = core.pool
         self.policy_slots = core.policy_slots
-        self.policy_cap = core.policy_cap
+        self.policy_cap = core.cfg.policy_concurrency
         self.judge_pending = lambda: core.judge_queue.pending if core.judge_queue is not None else 0
 
     def add_episodes(self, episodes: Iterable[tuple[str, str]]) -> None:

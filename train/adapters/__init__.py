@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import io
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engine import _imgcodec as codec
 from engine.config import RunConfig
 from engine.env import AsyncWebEnv
 from engine.gym_env import CoreThread
@@ -94,12 +94,10 @@ async def on_core(core: CoreThread, coro: Coroutine[Any, Any, T]) -> T:
 
 
 def jpeg_to_pil(data: bytes) -> Any:
-    """A screenshot's JPEG bytes as an RGB ``PIL.Image``."""
+    """A screenshot's JPEG bytes as an RGB ``PIL.Image`` (decoded by the engine's C codec)."""
     from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    return image.convert("RGB")
+    return Image.fromarray(codec.decode(data))
 
 
 def _swap_images(messages: Sequence[Mapping[str, Any]],
