@@ -339,6 +339,14 @@ class EpisodePage:
             await self.cdp.send("Page.navigate", {"url": url})
         return await self._settle(deadline, quiet_ms)
 
+    async def settled(self) -> tuple[str, dict[str, float]]:
+        """Wait only for what is still in flight (a navigation, a load, pending fetches), not for a quiet period:
+        before a screenshot taken on request, after the page already settled from its last action. Returns
+        (settle status, timings)."""
+        t0 = time.perf_counter()
+        status = await self._settle(time.monotonic() + self.cfg.settle_timeout_s, 0)
+        return status, {"settle_ms": _ms(t0)}
+
     async def run_setup(self, script: str) -> tuple[str, dict[str, float]]:
         """Run an episode's setup script (a returned promise is awaited), then wait until the page settles
         again. Returns (settle status, timings). Raises ActionRefused when the script throws: the episode
@@ -353,13 +361,14 @@ class EpisodePage:
         timings["setup_settle_ms"] = _ms(t1)
         return status, timings
 
-    async def screenshot(self) -> bytes:
-        """The viewport as JPEG bytes (CDP, no PNG, no re-encoding)."""
+    async def screenshot(self, fmt: str = "jpeg") -> bytes:
+        """The viewport as JPEG bytes (CDP, no re-encoding); ``fmt`` png only for clients that ask for PNG."""
+        params: dict[str, Any] = {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True}
+        if fmt == "png":
+            params = {"format": "png", "optimizeForSpeed": True}
         try:
-            res = await asyncio.wait_for(
-                self.cdp.send("Page.captureScreenshot", {
-                    "format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True}),
-                self.cfg.screenshot_timeout_s)
+            res = await asyncio.wait_for(self.cdp.send("Page.captureScreenshot", params),
+                                         self.cfg.screenshot_timeout_s)
         except TimeoutError as exc:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])

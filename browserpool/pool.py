@@ -179,10 +179,21 @@ class BrowserSession:
             body = await self.pool.request(self.handle, "open", self.episode_id, args)
         return self._observation(body)
 
-    async def act(self, action: P.BrowserAction) -> tuple[P.Observation, Frame]:
-        """Carry out one action and observe the settled page."""
-        body = await self.pool.request(self.handle, "act", self.episode_id, {"action": action.to_wire()})
-        return self._observation(body)
+    async def act(self, action: P.BrowserAction, shot: bool = True) -> tuple[P.Observation, Frame]:
+        """Carry out one action and observe the settled page. ``shot`` False: no screenshot (the frame is
+        empty), for a client that asks for one only when it wants it (:meth:`observe`)."""
+        args: dict[str, Any] = {"action": action.to_wire()}
+        if not shot:
+            args["shot"] = False
+        return self._observation(await self.pool.request(self.handle, "act", self.episode_id, args))
+
+    async def observe(self, som: bool | None = None, fmt: str = "jpeg") -> tuple[P.Observation, Frame]:
+        """Observe the page as it is now, without an action: whatever is still loading is waited for (no quiet
+        period). ``som``: Set-of-Marks for this observation (None: the episode's mode); ``fmt``: jpeg or png."""
+        args: dict[str, Any] = {"format": fmt}
+        if som is not None:
+            args["som"] = som
+        return self._observation(await self.pool.request(self.handle, "observe", self.episode_id, args))
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where a CSS selector's first visible match is in the viewport (oracle access for scripts)."""

@@ -266,7 +266,10 @@ class BrowserWorker:
         async with ep.busy:
             if op == "act":
                 action = P.BrowserAction.from_wire(args["action"])
-                return await self._observe(ep, *await ep.page.perform(action))
+                return await self._observe(ep, *await ep.page.perform(action), shot=bool(args.get("shot", True)))
+            if op == "observe":
+                return await self._observe(ep, *await ep.page.settled(), None, som=bool(args.get("som", ep.som)),
+                                           fmt=_image_format(args.get("format")))
             if op == "locate":
                 return await ep.page.locate(args["selector"])
             if op == "evaluate":
@@ -307,10 +310,15 @@ class BrowserWorker:
             return await self._observe(ep, settle, timings, point)
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
-                       point: tuple[float, float] | None) -> P.Observation:
+                       point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
+                       fmt: str = "jpeg") -> P.Observation:
+        """The settled page as an Observation: the screenshot (``fmt`` jpeg or png; Set-of-Marks boxes drawn on
+        it with ``som``, default the episode's mode), its elements, the probe's value and the page's events.
+        ``shot`` False: no screenshot (a client that asks for one when it wants it: the HTTP server)."""
         page = ep.page
         elements: list[list[Any]] | None = None
         note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
+        som = ep.som if som is None else som
         probe: Any = None
         if ep.probe_js is not None:
             t0 = time.perf_counter()
@@ -319,43 +327,48 @@ class BrowserWorker:
             except PlaywrightError as exc:  # the document went away meanwhile (a late navigation)
                 probe = {"error": str(exc).splitlines()[0][:200]}
             timings["probe_ms"] = _ms(t0)
-        if ep.som:
+        if not shot:
+            return P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
+                                 self.cfg.viewport_height, None, None, timings, point, note, None, probe, None,
+                                 ep.slot.events.take())
+        if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
-            shot, som = await asyncio.gather(_timed(page.screenshot()), _timed(page.som()),
-                                             return_exceptions=True)
-            if isinstance(shot, BaseException):
-                raise shot
-            jpeg, shot_ms = shot
-            raw = jpeg
+            shot_ms, marks = await asyncio.gather(_timed(page.screenshot(fmt)), _timed(page.som()),
+                                                  return_exceptions=True)
+            if isinstance(shot_ms, BaseException):
+                raise shot_ms
+            image, timings["screenshot_ms"] = shot_ms
+            raw = image
             css_width = float(self.cfg.viewport_width)
-            if isinstance(som, PlaywrightError):
+            if isinstance(marks, PlaywrightError):
                 # The document went away during the pass (a late navigation): a plain frame this time.
-                elements, note, timings["som_ms"] = [], f"no elements: {som}".splitlines()[0][:200], 0.0
-            elif isinstance(som, BaseException):
-                raise som
+                elements, note, timings["som_ms"] = [], f"no elements: {marks}".splitlines()[0][:200], 0.0
+            elif isinstance(marks, BaseException):
+                raise marks
             else:
-                (css_width, elements), timings["som_ms"] = som
-            timings["screenshot_ms"] = shot_ms
+                (css_width, elements), timings["som_ms"] = marks
             t0 = time.perf_counter()
             if elements:
-                jpeg = await asyncio.get_running_loop().run_in_executor(
-                    None, _draw_marks, jpeg, elements, css_width, self.cfg.jpeg_quality)
+                image = await asyncio.get_running_loop().run_in_executor(
+                    None, _draw_marks, image, elements, css_width, self.cfg.jpeg_quality, fmt)
             timings["draw_ms"] = _ms(t0)
         else:
             t0 = time.perf_counter()
-            jpeg = await page.screenshot()
+            image = await page.screenshot(fmt)
             timings["screenshot_ms"] = _ms(t0)
-            raw = jpeg
+            raw = image
         change = None
-        if ep.last_shot is not None:
-            t0 = time.perf_counter()
-            change = await asyncio.get_running_loop().run_in_executor(None, _changed_fraction, ep.last_shot, raw)
-            timings["diff_ms"] = _ms(t0)
-        ep.last_shot = raw
-        ref = self.ring.write(jpeg) if (self.ring and self.use_shm) else None
+        if fmt == "jpeg":  # the comparison reads JPEGs; an occasional PNG capture leaves the last JPEG in place
+            if ep.last_shot is not None:
+                t0 = time.perf_counter()
+                change = await asyncio.get_running_loop().run_in_executor(None, _changed_fraction, ep.last_shot,
+                                                                          raw)
+                timings["diff_ms"] = _ms(t0)
+            ep.last_shot = raw
+        ref = self.ring.write(image) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
-                            self.cfg.viewport_height, ref, None if ref else jpeg, timings, point, note, elements,
+                            self.cfg.viewport_height, ref, None if ref else image, timings, point, note, elements,
                             probe, change, ep.slot.events.take())
         return obs  # a Reply's body: msgspec encodes the struct as an array
 
@@ -630,16 +643,46 @@ def _changed_fraction(before: bytes, after: bytes) -> float | None:
         return None
 
 
-def _draw_marks(jpeg: bytes, elements: list[list[Any]], css_width: float, quality: int) -> bytes:
-    """The screenshot with the elements drawn on as numbered boxes (run in a thread: the codec releases
-    the GIL). Screenshot pixels per CSS px are measured, not assumed (zoom, device scale factor)."""
+def _image_format(value: Any) -> str:
+    """A requested screenshot format: jpeg (the default) or png; anything else is refused."""
+    if value in (None, "jpeg", "png"):
+        return value or "jpeg"
+    raise ActionRefused(f"screenshot format must be jpeg or png, not {str(value)[:20]!r}")
+
+
+def _draw_marks(image: bytes, elements: list[list[Any]], css_width: float, quality: int, fmt: str = "jpeg") -> bytes:
+    """The screenshot with the elements drawn on as numbered boxes by the compiled codec (run in a thread: it
+    releases the GIL); the same format as it came. Screenshot pixels per CSS px are measured, not assumed
+    (zoom, device scale factor)."""
     from engine import _imgcodec as imgcodec  # here: a worker that never draws does not load numpy
 
-    img = imgcodec.decode(jpeg)
+    img = imgcodec.decode(image) if fmt == "jpeg" else _png_pixels(image)
     s = img.shape[1] / css_width if css_width > 0 else 1.0
     imgcodec.draw_som(img, [(e[0], round(e[3] * s), round(e[4] * s), round((e[3] + e[5]) * s),
                              round((e[4] + e[6]) * s)) for e in elements])
-    return imgcodec.encode(img, quality)
+    return imgcodec.encode(img, quality) if fmt == "jpeg" else _png_bytes(img)
+
+
+def _png_pixels(png: bytes) -> Any:
+    """A PNG as a writable (H, W, 3) uint8 array (PNG captures are for clients that ask for them only)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        return np.array(im.convert("RGB"))
+
+
+def _png_bytes(img: Any) -> bytes:
+    """An (H, W, 3) uint8 array as PNG (the fastest zlib level: these are sent, not archived)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
 
 
 def _newest_chromium() -> int:

@@ -18,6 +18,7 @@ from rich.console import Console
 from bench.cli import bench as bench_cmd
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.config import RunConfig
@@ -300,6 +301,7 @@ async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge 
 
 
 main.add_command(tasks_group)
+main.add_command(serve_cmd)
 main.add_command(bench_cmd)
 main.add_command(monitor)
 main.add_command(view_cmd)

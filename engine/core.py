@@ -214,6 +214,11 @@ class EngineCore:
         else:
             self._verdict_hooks[episode_id] = hook
 
+    def publish_status(self, status: EpisodeStatus) -> None:
+        """Show an episode that a client runs itself, outside the core's rollouts (a lease of the HTTP browser
+        server), in telemetry and to every status hook; call again with each change of ``status``."""
+        self._status(status)
+
     def _status(self, status: EpisodeStatus) -> None:
         for hook in self._status_hooks:
             hook(status)

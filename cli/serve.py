@@ -1,0 +1,104 @@
+"""``webgym-engine serve``: the engine as a browser server that speaks the Omniboxes API (docs/server.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+from rich.console import Console
+
+from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from engine.config import RunConfig
+from engine.core import EngineCore
+from engine.shutdown import Terminated, until_signal
+from server.app import BrowserServer, ServerConfig, is_loopback
+
+DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients read the key from
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (loopback by default; give the server a key before binding elsewhere).")
+@click.option("--port", type=click.IntRange(0, 65535), default=7000, show_default=True, help="0: any free port.")
+@click.option("--api-key-env", default=DEFAULT_KEY_ENV, show_default=True,
+              help="Environment variable that holds the x-api-key every request must carry (unset: no key).")
+@click.option("--workers", type=click.IntRange(1), default=max(1, os.cpu_count() or 1), show_default=True,
+              help="Browser worker processes (one Chromium each).")
+@click.option("--capacity", type=click.IntRange(1), default=32, show_default=True,
+              help="Leases (browser contexts) at once; /get answers 503 beyond it.")
+@click.option("--lifetime-max", type=click.IntRange(0), default=60, show_default=True,
+              help="The largest lifetime_mins /get accepts; a lease unused for its lifetime expires.")
+@click.option("--record", is_flag=True,
+              help="Write every lease into the run directory (its commands as steps, its screenshots), for "
+                   "`webgym-engine view`.")
+@click.option("--output", "output_dir", default="runs", show_default=True, help="Where the run directory goes.")
+@click.option("--sites", is_flag=True, help="Also serve the bundled sites (their URL is printed).")
+@click.option("--screenshot-format", type=click.Choice(["jpeg", "png"]), default="jpeg", show_default=True,
+              help="/screenshot's format when a request does not ask (format=png).")
+@click.option("--chromium", default=DEFAULT_CHROMIUM, show_default=True, help="Chromium executable.")
+@click.option("--jpeg-quality", type=click.IntRange(1, 100), default=80, show_default=True)
+@click.option("--settle-timeout", type=float, default=10.0, show_default=True,
+              help="Hard cap (s) on one command plus waiting for the page to settle.")
+@click.option("--telemetry", default="ipc", show_default=True,
+              help="Live telemetry for `webgym-engine monitor` (one cell per lease): ipc, tcp://HOST:PORT or off.")
+@click.option("--allow-private-network", is_flag=True,
+              help="Let pages load from private and loopback addresses (off: only the public internet).")
+@click.option("--net-allow", multiple=True, metavar="ENTRY", help="Allow page loads from ENTRY. Repeatable.")
+@click.option("--net-deny", multiple=True, metavar="ENTRY", help="Refuse page loads from ENTRY. Repeatable.")
+@click.option("--net-policy/--no-net-policy", default=True, show_default=True,
+              help="The network policy for pages; off, pages may load from any address the machine reaches.")
+@click.pass_context
+def serve(ctx: click.Context, **opts: Any) -> None:
+    """Serve browsers over the Omniboxes HTTP API, for WebGym's and AsyncWebRL's rollout clients."""
+    console = Console(stderr=True)
+    if not Path(opts["chromium"]).exists():
+        raise click.ClickException(f"Chromium not found at {opts['chromium']} (apt-get install chromium)")
+    key_env = opts["api_key_env"]
+    api_key = os.environ.get(key_env) or None
+    if api_key is None and ctx.get_parameter_source("api_key_env") is not ParameterSource.DEFAULT:
+        raise click.ClickException(f"--api-key-env {key_env}: the variable is not set")
+    if api_key is None and not is_loopback(opts["host"]):
+        console.print(f"WARNING: serving on {opts['host']} without an API key: anyone who reaches the port can "
+                      f"drive its browsers (set {key_env})")
+    try:
+        from browserpool.netpolicy import NetPolicy
+
+        NetPolicy(allow_private_network=opts["allow_private_network"], allow=opts["net_allow"],
+                  deny=opts["net_deny"])
+        cfg = RunConfig(
+            concurrency=opts["capacity"], workers=opts["workers"], output_dir=opts["output_dir"],
+            telemetry=opts["telemetry"], secret_env=(key_env,), episode_timeout_s=None,
+            worker=WorkerConfig(endpoint="", chromium_path=opts["chromium"], jpeg_quality=opts["jpeg_quality"],
+                                settle_timeout_s=opts["settle_timeout"], net_policy=opts["net_policy"],
+                                allow_private_network=opts["allow_private_network"],
+                                net_allow=list(opts["net_allow"]), net_deny=list(opts["net_deny"])))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    server_cfg = ServerConfig(host=opts["host"], port=opts["port"], api_key=api_key, capacity=opts["capacity"],
+                              lifetime_max_mins=opts["lifetime_max"], record=opts["record"],
+                              screenshot_format=opts["screenshot_format"])
+    import uvloop
+
+    try:
+        uvloop.run(until_signal(_serve(cfg, server_cfg, opts["sites"], console)))
+    except (KeyboardInterrupt, Terminated) as exc:
+        console.print("server stopped; every lease was released")
+        sys.exit(exc.exit_code if isinstance(exc, Terminated) else 0)
+
+
+async def _serve(cfg: RunConfig, server_cfg: ServerConfig, sites: bool, console: Console) -> None:
+    async with EngineCore(cfg, serve_sites=sites) as core:
+        server = BrowserServer(core, server_cfg)
+        try:
+            url = await server.start()
+            console.print(f"serving the Omniboxes API on {url}: {server_cfg.capacity} leases on {cfg.workers} "
+                          f"browser workers; run directory {core.run_dir}"
+                          + (f"; bundled sites at {core.base_url}" if sites else ""))
+            await asyncio.Event().wait()  # until Ctrl-C or a signal
+        finally:
+            await server.close()

@@ -1,0 +1,286 @@
+"""The HTTP side of the browser server: the Omniboxes endpoints on aiohttp, as a client of one engine core.
+
+Endpoints, parameters, status codes and JSON field names follow the original's master (docs/server.md has the
+table): ``POST /get``, ``POST /reset``, ``GET /screenshot``, ``POST /execute``, ``GET /metadata``, ``GET /probe``,
+``GET /info``; every one behind the ``x-api-key`` header when the server has a key. Bad input of any kind gets a
+4xx with a JSON body that says what was wrong; a lease whose browser died or that expired gets a 410; nothing a
+request sends reaches more than its own lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from browserpool.pool import BrowserOpError, WorkerLost
+from browserpool.protocol import ERR_BROWSER, ERR_HUNG, ERR_NO_EPISODE
+from engine.core import EngineCore
+from server.commands import COMMANDS, CommandError, action_record, decode_args, note_observation
+from server.leases import Lease, LeaseError, LeaseTable
+
+log = logging.getLogger("webgym_engine.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_LOST_KINDS = (ERR_HUNG, ERR_NO_EPISODE, ERR_BROWSER)  # the lease's page is gone with these
+_FORMATS = {"jpeg": "image/jpeg", "png": "image/png"}
+
+
+@dataclass
+class ServerConfig:
+    """How the server listens and what it hands out."""
+
+    host: str = "127.0.0.1"
+    port: int = 7000
+    api_key: str | None = None  # the x-api-key every request must carry; None: no check (loopback use)
+    capacity: int = 32  # leases at once
+    lifetime_max_mins: int = 60  # the largest lifetime_mins /get accepts (the original's --lifetime_max)
+    record: bool = False  # write every lease as a record with its screenshots into the run directory
+    screenshot_format: str = "jpeg"  # /screenshot's format unless the request asks (format=png)
+    max_body_bytes: int = 1 << 20  # larger request bodies get a 413
+    expiry_check_s: float = 5.0
+    lease_wait_s: float = 5.0  # how long /get waits for a browser worker with room before its 503
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only the loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class BrowserServer:
+    """The Omniboxes API over one engine core (module docstring). ``await start()``, then ``await close()``."""
+
+    def __init__(self, core: EngineCore, cfg: ServerConfig) -> None:
+        self.core = core
+        self.cfg = cfg
+        self.leases = LeaseTable(core, cfg.capacity, lifetime_max_mins=cfg.lifetime_max_mins, record=cfg.record,
+                                 lease_wait_s=cfg.lease_wait_s)
+        self.app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[self._errors, self._auth])
+        self.app.add_routes([
+            web.post("/get", self.get), web.post("/reset", self.reset), web.get("/screenshot", self.screenshot),
+            web.post("/execute", self.execute), web.get("/metadata", self.metadata), web.get("/probe", self.probe),
+            web.get("/info", self.info)])
+        self._runner: web.AppRunner | None = None
+        self._expiry: asyncio.Task[None] | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        """Listen (the core must be started); returns the server's URL."""
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
+        await site.start()
+        port = self._runner.addresses[0][1] if self._runner.addresses else self.cfg.port
+        host = f"[{self.cfg.host}]" if ":" in self.cfg.host else self.cfg.host
+        self.url = f"http://{host}:{port}"
+        self._expiry = asyncio.ensure_future(self.leases.expire_forever(self.cfg.expiry_check_s))
+        return self.url
+
+    async def close(self) -> None:
+        """Stop listening and release every lease (each gets its record)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.leases.close()
+
+    # --- middleware ---------------------------------------------------------------------------------------
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every failure as the original's bodies: ``{"detail": ...}`` for refusals, ``{"status": "error",
+        "message": ...}`` for a command the browser failed; a fault of the server's own a plain-text 500."""
+        try:
+            return await handler(request)
+        except LeaseError as exc:
+            return web.json_response({"detail": exc.detail}, status=exc.status)
+        except CommandError as exc:
+            return web.json_response({"status": "error", "message": f"Failed to execute command: {exc}"[:2000]},
+                                     status=400)
+        except web.HTTPException as exc:  # aiohttp's own: 404, 405, 413 (a body over max_body_bytes)...
+            if exc.status < 400:
+                raise
+            detail = exc.text if exc.status == 413 else exc.reason  # 413: the limit and the size
+            return web.json_response({"detail": detail}, status=exc.status)
+        except Exception:
+            log.exception("error in %s %s", request.method, request.path)
+            return web.Response(status=500, text="Internal Server Error")
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        key = self.cfg.api_key
+        if key:
+            given = request.headers.get("x-api-key")
+            if not given:
+                raise LeaseError(401, "API Key is missing")
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                raise LeaseError(401, "Invalid API Key.")
+        return await handler(request)
+
+    # --- endpoints --------------------------------------------------------------------------------------
+    async def get(self, request: web.Request) -> web.Response:
+        """``POST /get?lifetime_mins=N``: a new lease on a blank page."""
+        lifetime = _int_query(request, "lifetime_mins", 60)
+        lease = await self.leases.acquire(lifetime)
+        return web.json_response({"instance_id": lease.instance_id, "node": lease.node})
+
+    async def reset(self, request: web.Request) -> web.Response:
+        """``POST /reset``: the lease ends, its context is cleared and goes back to the pool."""
+        instance_id, node = _query(request, "instance_id"), _query(request, "node")
+        lease = self.leases.leases.get(instance_id)
+        if lease is None or lease.node != node:
+            try:
+                self.leases.find(instance_id, node)
+            except LeaseError as exc:
+                if exc.status == 410 or "Invalid instance UUID" in exc.detail:
+                    # Clients read "invalid instance uuid" as "already released".
+                    raise LeaseError(400, f"Invalid instance UUID: {instance_id[:80]} (not in use or already "
+                                          "released)") from None
+                raise
+        lease = self.leases.find(instance_id, node)
+        async with lease.lock:
+            await self.leases.release(lease)
+        return web.json_response({"status": "success"})
+
+    async def screenshot(self, request: web.Request) -> web.Response:
+        """``GET /screenshot``: the viewport now, JPEG (or ``format=png``); numbered boxes with
+        ``interaction_mode=set_of_marks`` (the default, as the original's)."""
+        lease = self._lease(request)
+        som = request.query.get("interaction_mode", "set_of_marks") == "set_of_marks"
+        fmt = request.query.get("format", self.cfg.screenshot_format)
+        if fmt not in _FORMATS:
+            raise LeaseError(400, f"format must be jpeg or png, not {fmt[:20]!r}")
+
+        async def shoot() -> bytes:
+            obs, frame = await lease.session.observe(som=som, fmt=fmt)
+            with frame:
+                image = bytes(frame.view)
+            if not image:
+                raise CommandError("the browser returned no screenshot")
+            note_observation(lease, obs.url, obs.title, obs.elements if som else None)
+            lease.recorder.screenshot(image, obs.url, obs.title, fmt)
+            return image
+
+        image = await self._on_lease(lease, shoot)
+        return web.Response(body=image, content_type=_FORMATS[fmt])
+
+    async def execute(self, request: web.Request) -> web.Response:
+        """``POST /execute``: one command, ``{"instance_id", "node", "<command>": {args}}``."""
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise LeaseError(400, "The body is not JSON") from None
+        if not isinstance(body, dict):
+            raise LeaseError(400, "The body must be a JSON object")
+        ids = [body.get("instance_id"), body.get("node")]
+        missing = [k for k, v in zip(("instance_id", "node"), ids, strict=True) if not isinstance(v, str)]
+        if missing:
+            raise LeaseError(422, f"{', '.join(missing)} must be given as strings")
+        names = [k for k in body if k not in ("instance_id", "node")]
+        if len(names) != 1:
+            raise LeaseError(400, f"Exactly one command per request, not {len(names)} ({', '.join(names)[:200]})")
+        name = names[0]
+        command = COMMANDS.get(name)
+        if command is None:
+            raise LeaseError(400, f"Unsupported command: {name[:80]}")
+        args = decode_args(command, body[name])
+        lease = self.leases.find(*ids)
+        t0 = time.perf_counter()
+        error: str | None = None
+        try:
+            result = await self._on_lease(lease, lambda: command.run(lease, args))
+        except (CommandError, LeaseError) as exc:
+            error = str(exc)
+            raise
+        finally:
+            # A step of the lease's record (not when the command ended the lease: that has its record already).
+            if command.action and self.leases.leases.get(lease.instance_id) is lease:
+                timings = {"step_ms": round((time.perf_counter() - t0) * 1000, 2),
+                           **lease.result.get("timings", {})}
+                lease.recorder.step(action_record(name, args), _describe(name, body[name]), timings, lease.result,
+                                    error)
+                lease.result = {}
+        return web.json_response(result)
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        """``GET /metadata``: the viewport's size (plus the page's title and URL, which AsyncWebRL reads)."""
+        lease = self._lease(request)
+        w = self.core.pool.cfg.worker
+        return web.json_response({"width": w.viewport_width, "height": w.viewport_height, "title": lease.title,
+                                  "url": lease.url})
+
+    async def probe(self, request: web.Request) -> web.Response:
+        """``GET /probe``: whether the lease's page answers."""
+        lease = self._lease(request)
+        try:
+            await self._on_lease(lease, lambda: lease.session.evaluate(["1"]))
+        except LeaseError as exc:
+            if exc.status != 410:
+                raise
+            return web.json_response({"status": "error", "message": "Probe failed"}, status=500)
+        return web.json_response({"status": "success", "message": "Probe successful"})
+
+    async def info(self, _request: web.Request) -> web.Response:
+        """``GET /info``: capacity, availability and leases per browser worker (a node each)."""
+        return web.json_response(self.leases.info())
+
+    # --- internals --------------------------------------------------------------------------------------
+    def _lease(self, request: web.Request) -> Lease:
+        return self.leases.find(_query(request, "instance_id"), _query(request, "node"))
+
+    async def _on_lease(self, lease: Lease, op: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``op`` on the lease, one at a time; a browser that died or a page that hung ends the lease (410)."""
+        async with lease.lock:
+            try:
+                return await op()
+            except WorkerLost as exc:
+                await self.leases.lost(lease, str(exc))
+                raise LeaseError(410, f"Instance {lease.instance_id} was lost: {exc}; lease a new one with /get"
+                                 ) from None
+            except BrowserOpError as exc:
+                if exc.kind in _LOST_KINDS:
+                    await self.leases.lost(lease, str(exc))
+                    raise LeaseError(410, f"Instance {lease.instance_id} was lost: {exc}; lease a new one with "
+                                          "/get") from None
+                raise CommandError(str(exc)) from None
+            finally:
+                lease.last_used = time.monotonic()
+
+
+def _query(request: web.Request, name: str) -> str:
+    value = request.query.get(name)
+    if value is None:
+        raise LeaseError(422, f"query parameter {name!r} is required")
+    return value
+
+
+def _int_query(request: web.Request, name: str, default: int) -> int:
+    value = request.query.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise LeaseError(422, f"query parameter {name!r} must be an integer, not {value[:40]!r}") from None
+
+
+def _describe(name: str, args: Any) -> str:
+    """A command in one line for the records and the monitor."""
+    text = json.dumps(args, separators=(",", ":"), ensure_ascii=False) if args else ""
+    return f"{name} {text[:200]}".strip()

@@ -1,0 +1,343 @@
+"""The ``/execute`` commands of the Omniboxes API, each as the pool's browser operations.
+
+Every command has a typed argument struct (a missing, unknown or ill-typed argument is a 400 that names it) and
+returns the original's response body. Action commands wait until the page has settled (the worker's settle
+detection, capped) instead of the original's fixed sleeps, and take no screenshot: the client asks for one with
+``/screenshot`` when it wants it. Element ids are those of the lease's last set_of_marks screenshot
+(:mod:`server.page_info`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
+
+from browserpool.page_scripts import SOM_FN
+from browserpool.protocol import BrowserAction
+from server.leases import Lease, LeaseError
+from server.page_info import PAGE_METADATA_JS, interactive_regions, page_text_js, screenshot_info
+
+SUCCESS = {"status": "success"}
+SLEEP_CAP_S = 60.0  # the longest `sleep` a client may ask for
+MAX_TEXT_CHARS = 100_000  # the longest text a fill command may type
+# The original's names for keys (case-insensitive) and the engine's.
+_KEY_NAMES = {"enter": "Enter", "return": "Enter", "esc": "Escape", "escape": "Escape", "tab": "Tab",
+              "space": "Space", "backspace": "Backspace", "delete": "Delete", "arrowup": "ArrowUp",
+              "arrowdown": "ArrowDown", "arrowleft": "ArrowLeft", "arrowright": "ArrowRight", "pageup": "PageUp",
+              "pagedown": "PageDown", "home": "Home", "end": "End", "up": "ArrowUp", "down": "ArrowDown",
+              "left": "ArrowLeft", "right": "ArrowRight"}
+_MODIFIERS = {"ctrl": "Control", "control": "Control", "alt": "Alt", "option": "Alt", "shift": "Shift",
+              "cmd": "Meta", "command": "Meta", "win": "Meta", "super": "Meta", "meta": "Meta"}
+
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)]
+
+
+# --- argument structs (one per argument shape; unknown arguments are refused) -------------------------------
+class _Args(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class NoArgs(_Args):
+    pass
+
+
+class Url(_Args):
+    url: str
+
+
+class Point(_Args):
+    x: float
+    y: float
+
+
+class Fill(_Args):
+    x: float
+    y: float
+    value: Text
+    press_enter: bool = True
+    delete_existing: bool = False
+
+
+class Scroll(_Args):
+    amount: int = 200
+    full_page: bool = False
+
+
+class ElementId(_Args):
+    id: str | int
+
+
+class FillId(_Args):
+    id: str | int
+    value: Text
+    press_enter: bool = True
+    delete_existing: bool = False
+
+
+class HoverScroll(_Args):
+    x: float
+    y: float
+    direction: str = "down"
+
+
+class ScrollId(_Args):
+    id: str | int
+    direction: str = "down"
+
+
+class SelectOption(_Args):
+    id: str | int
+    value: str | None = None  # an option's label or value for a <select>; without it the element is clicked
+
+
+class Sleep(_Args):
+    duration: float = 1.0
+
+
+class KeyPress(_Args):
+    keys: list[str]
+
+
+class PageText(_Args):
+    n_lines: int = 100
+
+
+class Shot(_Args):
+    interaction_mode: str = "set_of_marks"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command's argument type, its handler and whether it is an action (a step of the lease's record)."""
+
+    args: type[_Args]
+    run: Callable[[Lease, Any], Awaitable[dict[str, Any]]]
+    action: bool = True
+
+
+class CommandError(Exception):
+    """A command the browser refused (a URL without a scheme, a key it does not know): a 400."""
+
+
+def decode_args(command: Command, raw: Any) -> _Args:
+    """The command's arguments as its struct; LeaseError 400 naming the bad argument."""
+    try:
+        return msgspec.convert(raw if raw is not None else {}, command.args)
+    except msgspec.ValidationError as exc:
+        raise LeaseError(400, f"Invalid arguments: {exc}") from None
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+async def _act(lease: Lease, action: BrowserAction) -> dict[str, Any]:
+    """Run one browser action without a screenshot; the lease remembers where the page now is."""
+    obs, frame = await lease.session.act(action, shot=False)
+    frame.release()
+    lease.url, lease.title = obs.url, obs.title
+    lease.result = {"url": obs.url, "title": obs.title, "settle": obs.settle, "point": obs.point,
+                    "timings": obs.timings_ms}
+    return SUCCESS
+
+
+def _centre(lease: Lease, element_id: str | int) -> tuple[float, float]:
+    _id, _tag, _text, x, y, w, h = lease.element(element_id)
+    return x + w / 2, y + h / 2
+
+
+async def _evaluate(lease: Lease, expression: str) -> Any:
+    (value,) = await lease.session.evaluate([expression])
+    if isinstance(value, dict) and set(value) == {"error"}:
+        raise CommandError(f"the page's script failed: {value['error']}")
+    return value
+
+
+def _combo(keys: list[str]) -> str:
+    """The original's chord (every key down in order, released in reverse) as the engine's key combinations:
+    the modifiers held for each of the other keys in turn."""
+    mods, others = [], []
+    for k in keys:
+        low = k.strip().lower()
+        if low in _MODIFIERS:
+            mods.append(_MODIFIERS[low])
+        elif low == "/":
+            others.append("/")
+        elif k:
+            others.append(_KEY_NAMES.get(low, k if len(k) == 1 else k[:1].upper() + k[1:]))
+    if not others:
+        raise CommandError(f"keypress needs a key besides modifiers: {keys!r}"[:200])
+    return " ".join("+".join([*mods, key]) for key in others)
+
+
+# --- commands ---------------------------------------------------------------------------------------------
+async def visit_page(lease: Lease, a: Url) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("navigate", url=a.url))
+
+
+async def click_coords(lease: Lease, a: Point) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("click", x=a.x, y=a.y))
+
+
+async def hover_coords(lease: Lease, a: Point) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("hover", x=a.x, y=a.y))
+
+
+async def fill_coords(lease: Lease, a: Fill) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("type", x=a.x, y=a.y, text=a.value, clear=a.delete_existing,
+                                           enter=a.press_enter))
+
+
+def _scroller(direction: str) -> Callable[[Lease, Scroll], Awaitable[dict[str, Any]]]:
+    async def scroll(lease: Lease, a: Scroll) -> dict[str, Any]:
+        # As the original: the wheel at (10, 10), by the viewport's height less 50 px with full_page.
+        amount = lease.session.pool.cfg.worker.viewport_height - 50 if a.full_page else a.amount
+        if amount <= 0:
+            raise LeaseError(400, f"Invalid arguments: amount must be positive, not {amount}")
+        return await _act(lease, BrowserAction("scroll", x=10, y=10, direction=direction, amount=amount))
+    return scroll
+
+
+async def back(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("go_back"))
+
+
+async def click_id(lease: Lease, a: ElementId) -> dict[str, Any]:
+    x, y = _centre(lease, a.id)
+    return await _act(lease, BrowserAction("click", x=x, y=y))
+
+
+async def hover_id(lease: Lease, a: ElementId) -> dict[str, Any]:
+    x, y = _centre(lease, a.id)
+    return await _act(lease, BrowserAction("hover", x=x, y=y))
+
+
+async def fill_id(lease: Lease, a: FillId) -> dict[str, Any]:
+    x, y = _centre(lease, a.id)
+    return await _act(lease, BrowserAction("type", x=x, y=y, text=a.value, clear=a.delete_existing,
+                                           enter=a.press_enter))
+
+
+async def hover_and_scroll_coords(lease: Lease, a: HoverScroll) -> dict[str, Any]:
+    if a.direction not in ("up", "down"):
+        raise LeaseError(400, f"Invalid arguments: direction must be up or down, not {a.direction[:20]!r}")
+    await _act(lease, BrowserAction("hover", x=a.x, y=a.y))
+    # The scrollable under the point (else the page) by 80% of the viewport, as the original's default.
+    amount = int(0.8 * lease.session.pool.cfg.worker.viewport_height)
+    return await _act(lease, BrowserAction("scroll", x=a.x, y=a.y, direction=a.direction, amount=amount))
+
+
+async def scroll_id(lease: Lease, a: ScrollId) -> dict[str, Any]:
+    if a.direction not in ("up", "down"):
+        raise LeaseError(400, f"Invalid arguments: direction must be up or down, not {a.direction[:20]!r}")
+    _id, _tag, _text, x, y, w, h = lease.element(a.id)
+    return await _act(lease, BrowserAction("scroll", x=x + w / 2, y=y + h / 2, direction=a.direction,
+                                           amount=max(1, int(h))))
+
+
+async def select_option(lease: Lease, a: SelectOption) -> dict[str, Any]:
+    x, y = _centre(lease, a.id)
+    if a.value is None:
+        return await _act(lease, BrowserAction("click", x=x, y=y))
+    return await _act(lease, BrowserAction("select", x=x, y=y, text=a.value))
+
+
+async def keypress(lease: Lease, a: KeyPress) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("key", keys=_combo(a.keys)))
+
+
+async def tab_and_enter(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("key", keys="Tab Enter"))
+
+
+async def sleep(lease: Lease, a: Sleep) -> dict[str, Any]:
+    # The client's own wait (AsyncWebRL's `wait` action): asked for, so honoured, within a cap.
+    if not 0 <= a.duration <= SLEEP_CAP_S:
+        raise LeaseError(400, f"Invalid arguments: duration must be between 0 and {SLEEP_CAP_S:g} s")
+    await asyncio.sleep(a.duration)
+    lease.result = {"url": lease.url, "title": lease.title, "settle": "skipped"}
+    return SUCCESS
+
+
+async def get_page_metadata(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    value = await _evaluate(lease, PAGE_METADATA_JS)
+    return value if isinstance(value, dict) else {"title": lease.title or "Unknown Page", "url": lease.url}
+
+
+async def get_webpage_text(lease: Lease, a: PageText) -> dict[str, Any]:
+    if not 0 <= a.n_lines <= 100_000:
+        raise LeaseError(400, "Invalid arguments: n_lines must be between 0 and 100000")
+    value = await _evaluate(lease, page_text_js(a.n_lines))
+    return value if isinstance(value, dict) else {"text": ""}
+
+
+async def get_interactive_rects(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    value = await _evaluate(lease, f"({SOM_FN})(80)")
+    found = value[2] if isinstance(value, list) and len(value) == 3 and isinstance(value[2], list) else []
+    lease.elements = [[i, *e] for i, e in enumerate(found, 1)]
+    return interactive_regions(lease.elements)
+
+
+async def get_screenshot_info(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    if lease.som_elements is None:
+        return {"error": "No screenshot info available"}
+    return screenshot_info(lease.som_elements)
+
+
+async def screenshot(lease: Lease, a: Shot) -> dict[str, Any]:
+    obs, frame = await lease.session.observe(som=a.interaction_mode == "set_of_marks")
+    frame.release()
+    note_observation(lease, obs.url, obs.title, obs.elements)
+    return {"status": "screenshot_taken"}
+
+
+def note_observation(lease: Lease, url: str, title: str, elements: list[list[Any]] | None) -> None:
+    """What a screenshot tells the lease: where the page is, and (set_of_marks) its numbered elements. A pass that
+    found no element leaves the last info in place, as the original's does."""
+    lease.url, lease.title = url, title
+    if elements:
+        lease.elements = lease.som_elements = elements
+
+
+COMMANDS: dict[str, Command] = {
+    "visit_page": Command(Url, visit_page),
+    "click_coords": Command(Point, click_coords),
+    "fill_coords": Command(Fill, fill_coords),
+    "hover_coords": Command(Point, hover_coords),
+    "hover_and_scroll_coords": Command(HoverScroll, hover_and_scroll_coords),
+    "page_down": Command(Scroll, _scroller("down")),
+    "page_up": Command(Scroll, _scroller("up")),
+    "back": Command(NoArgs, back),
+    "click_id": Command(ElementId, click_id),
+    "fill_id": Command(FillId, fill_id),
+    "hover_id": Command(ElementId, hover_id),
+    "scroll_id": Command(ScrollId, scroll_id),
+    "select_option": Command(SelectOption, select_option),
+    "keypress": Command(KeyPress, keypress),
+    "tab_and_enter": Command(NoArgs, tab_and_enter),
+    "sleep": Command(Sleep, sleep),
+    "get_page_metadata": Command(NoArgs, get_page_metadata, action=False),
+    "get_webpage_text": Command(PageText, get_webpage_text, action=False),
+    "get_interactive_rects": Command(NoArgs, get_interactive_rects, action=False),
+    "get_screenshot_info": Command(NoArgs, get_screenshot_info, action=False),
+    "screenshot": Command(Shot, screenshot, action=False),
+}
+
+
+def action_record(name: str, args: _Args) -> dict[str, Any]:
+    """A command as the records' action (ActionRecord's field names where they fit, the rest as given)."""
+    raw = msgspec.to_builtins(args)
+    out: dict[str, Any] = {"name": name}
+    renames = {"value": "text", "press_enter": "enter", "delete_existing": "clear", "duration": "seconds"}
+    for key, value in raw.items():
+        if key == "id":
+            out["element_id"] = int(value) if str(value).isdigit() else None
+            out["target"] = str(value)
+        elif key == "keys":
+            out["keys"] = " ".join(value)
+        else:
+            out[renames.get(key, key)] = value
+    return out
+
+

@@ -1,0 +1,120 @@
+"""A lease as an episode of the run: a live cell in the monitor always, and with recording on one record in
+``RUN_DIR/episodes.jsonl`` (its action commands as steps, each with the screenshot the client last took before it,
+and its timings), so that ``webgym-engine view`` and the monitor show server traffic as they show ``run``'s."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from engine.core import EngineCore
+from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, StepRecord
+from engine.redact import mask_url
+from engine.rollout import EpisodeStatus, Op, State
+from engine.store import episode_key
+
+POLICY_NAME = "http-client"  # the records' policy: whoever drives the lease over HTTP
+
+
+class LeaseRecorder:
+    """Tracks one lease in the core's stats and telemetry; ``record``: also writes its record and frames."""
+
+    def __init__(self, core: EngineCore, lease_name: str, instance_id: str, record: bool) -> None:
+        self.core = core
+        self.record = record and core.store is not None
+        self.task_id = lease_name
+        self.episode_id = episode_key(lease_name, 0)
+        self.instance_id = instance_id
+        self.status = EpisodeStatus(self.episode_id, lease_name, task=f"browser lease {instance_id}")
+        self.steps: list[StepRecord] = []
+        self.frames = 0
+        self.frame_path: str | None = None  # the last screenshot the client took (the next step acted on it)
+        self.url, self.title, self.first_url = "about:blank", "", ""
+        self.worker: str | None = None
+        self.lease_ms = 0.0
+        self.started_at, self.t0 = time.time(), time.monotonic()
+        self.ended = False
+        core.stats.total += 1
+        core.stats.move(None, State.NOT_STARTED.value)
+        self._set(State.WAITING)
+
+    def leased(self, worker: str, lease_ms: float) -> None:
+        """The lease has its browser context."""
+        self.worker = worker
+        self.lease_ms = lease_ms
+        self._set(State.RUNNING, Op.NONE)
+
+    def screenshot(self, image: bytes | memoryview, url: str, title: str, fmt: str) -> None:
+        """The client took a screenshot (stored only when recording, and only as JPEG: PNGs are left out)."""
+        self._page(url, title)
+        if self.record and fmt == "jpeg":
+            self.frame_path = self.core.store.write_frame(self.episode_id, self.frames, image)
+            self.frames += 1
+            self.status.screenshot = self.frame_path
+        self._set(State.RUNNING, Op.SCREENSHOT)
+
+    def step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
+             error: str | None = None) -> None:
+        """One action command ran (or was refused: ``error``)."""
+        step: StepRecord = {
+            "step": len(self.steps), "url": mask_url(self.url), "title": self.title, "screenshot": self.frame_path,
+            "settled": True, "action": action, "action_text": text, "reply": text, "thought": None,
+            "parse_error": None, "policy_version": None, "timings_ms": timings_ms}
+        if error is not None:
+            step["error"] = error
+        else:
+            step["result"] = {"url": mask_url(str(result.get("url", ""))), "title": str(result.get("title", "")),
+                              "settle": str(result.get("settle", ""))}
+            if result.get("point") is not None:
+                step["point"] = list(result["point"])
+            self._page(str(result.get("url", "")), str(result.get("title", "")))
+        if self.record:
+            self.steps.append(step)
+        stats = self.core.stats
+        stats.record_step(timings_ms.get("step_ms", 0.0))
+        stats.record_step_phases(timings_ms)
+        self.status.step = len(self.steps) if self.record else self.status.step + 1
+        self.status.action, self.status.step_timings_ms = text, timings_ms
+        self._set(State.RUNNING, Op.EXECUTE)
+
+    def end(self, error: RecordError | None = None) -> None:
+        """The lease ended: released by the client (``error`` None), expired or lost. Once."""
+        if self.ended:
+            return
+        self.ended = True
+        status = "error" if error is not None else "failure"
+        if self.record:
+            self.core.store.append(self._record(error))
+        self.core.stats.record_episode(status)
+        self.status.error = error["kind"] if error is not None else ""
+        self._set(State.FAILED if error is not None else State.FINISHED)
+
+    # --- internals ------------------------------------------------------------------------------------
+    def _page(self, url: str, title: str) -> None:
+        self.url, self.title = url, title
+        if not self.first_url and url and url != "about:blank":
+            self.first_url = url
+        self.status.url, self.status.title = mask_url(url), title
+
+    def _set(self, state: State, op: Op = Op.NONE) -> None:
+        old = self.status.state
+        self.status.state, self.status.op = state, op
+        if state is not old:
+            self.core.stats.move(old.value, state.value)
+        self.core.publish_status(self.status)
+
+    def _record(self, error: RecordError | None) -> EpisodeRecord:
+        return {
+            "format_version": FORMAT_VERSION, "episode_id": self.episode_id, "sample": 0,
+            "task": {"task_id": self.task_id, "task_name": self.status.task,
+                     "website": mask_url(self.first_url or "about:blank")},
+            "policy": POLICY_NAME, "system_prompt": None, "mode": "server", "worker": self.worker,
+            "status": "error" if error is not None else "failure",
+            # A lease has no task to check: the client computes its own reward.
+            "reward": None if error is not None else {"value": None, "source": "none",
+                                                      "reason": "a browser lease: its client rewards it"},
+            "answer": None, "error": error, "attempts": 1, "previous_errors": [], "steps": self.steps,
+            "final": {"url": mask_url(self.url), "title": self.title, "settled": True, "screenshot": self.frame_path},
+            "started_at": self.started_at, "duration_s": round(time.monotonic() - self.t0, 3),
+            "timings_ms": {"wait_browser_ms": self.lease_ms},
+        }
