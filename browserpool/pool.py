@@ -156,7 +156,7 @@ class BrowserSession:
         return self.handle.worker_id
 
     async def open(self, url: str, som: bool = False, setup_js: str | None = None,
-                   probe_js: str | None = None) -> tuple[P.Observation, Frame]:
+                   probe_js: str | None = None, shot: bool = True) -> tuple[P.Observation, Frame]:
         """Open a page for the episode at ``url``; returns the first observation.
 
         ``som``: Set-of-Marks mode for the whole episode: every observation lists the visible interactive
@@ -166,8 +166,10 @@ class BrowserSession:
         (BrowserOpError, kind ``refused``). Used to start a page's own episode (MiniWoB's task generator).
         ``probe_js``: an expression evaluated after the settle of every observation of the episode (the
         open and every act); its JSON value comes back in ``Observation.probe`` (``{"error": ...}`` when it
-        threw), e.g. a page's own reward and done flag."""
+        threw), e.g. a page's own reward and done flag. ``shot`` False: no screenshot (the frame is empty)."""
         args: dict[str, Any] = {"url": url}
+        if not shot:
+            args["shot"] = False
         # Each only when set: a plain open's request is unchanged.
         if som:
             args["som"] = True

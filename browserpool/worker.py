@@ -256,7 +256,7 @@ class BrowserWorker:
         op, args = req.op, req.args
         if op == "open":
             return await self._open(req.episode_id, args["url"], bool(args.get("som", False)),
-                                    args.get("setup_js"), args.get("probe_js"))
+                                    args.get("setup_js"), args.get("probe_js"), bool(args.get("shot", True)))
         if op == "close":
             await self._close(req.episode_id)
             return None
@@ -277,7 +277,7 @@ class BrowserWorker:
         raise ActionRefused(f"unknown op {op!r}")
 
     async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
-                    probe_js: str | None = None) -> P.Observation:
+                    probe_js: str | None = None, shot: bool = True) -> P.Observation:
         await self._browser_ready.wait()  # a browser recycle in progress: open on the new browser
         if episode_id in self.episodes:
             await self._close(episode_id)
@@ -307,7 +307,7 @@ class BrowserWorker:
                 # The first screenshot must show the page as the setup left it (e.g. a generated task).
                 settle, setup_timings = await ep.page.run_setup(setup_js)
                 timings.update(setup_timings)
-            return await self._observe(ep, settle, timings, point)
+            return await self._observe(ep, settle, timings, point, shot=shot)
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
                        point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,

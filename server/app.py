@@ -142,18 +142,15 @@ class BrowserServer:
 
     async def reset(self, request: web.Request) -> web.Response:
         """``POST /reset``: the lease ends, its context is cleared and goes back to the pool."""
-        instance_id, node = _query(request, "instance_id"), _query(request, "node")
-        lease = self.leases.leases.get(instance_id)
-        if lease is None or lease.node != node:
-            try:
-                self.leases.find(instance_id, node)
-            except LeaseError as exc:
-                if exc.status == 410 or "Invalid instance UUID" in exc.detail:
-                    # Clients read "invalid instance uuid" as "already released".
-                    raise LeaseError(400, f"Invalid instance UUID: {instance_id[:80]} (not in use or already "
-                                          "released)") from None
-                raise
-        lease = self.leases.find(instance_id, node)
+        instance_id = _query(request, "instance_id")
+        try:
+            lease = self.leases.find(instance_id, _query(request, "node"))
+        except LeaseError as exc:
+            if exc.status == 410 or exc.detail.startswith("Invalid instance UUID"):
+                # An ended or unknown lease: the text WebGym's client reads as "already released".
+                raise LeaseError(400, f"Invalid instance UUID: {instance_id[:80]} (not in use or already "
+                                      "released)") from None
+            raise
         async with lease.lock:
             await self.leases.release(lease)
         return web.json_response({"status": "success"})
@@ -168,6 +165,7 @@ class BrowserServer:
             raise LeaseError(400, f"format must be jpeg or png, not {fmt[:20]!r}")
 
         async def shoot() -> bytes:
+            await lease.ready()
             obs, frame = await lease.session.observe(som=som, fmt=fmt)
             with frame:
                 image = bytes(frame.view)
@@ -228,8 +226,13 @@ class BrowserServer:
     async def probe(self, request: web.Request) -> web.Response:
         """``GET /probe``: whether the lease's page answers."""
         lease = self._lease(request)
+
+        async def probe() -> None:
+            await lease.ready()
+            await lease.session.evaluate(["1"])
+
         try:
-            await self._on_lease(lease, lambda: lease.session.evaluate(["1"]))
+            await self._on_lease(lease, probe)
         except LeaseError as exc:
             if exc.status != 410:
                 raise

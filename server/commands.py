@@ -134,6 +134,7 @@ def decode_args(command: Command, raw: Any) -> _Args:
 # --- helpers ----------------------------------------------------------------------------------------------
 async def _act(lease: Lease, action: BrowserAction) -> dict[str, Any]:
     """Run one browser action without a screenshot; the lease remembers where the page now is."""
+    await lease.ready()
     obs, frame = await lease.session.act(action, shot=False)
     frame.release()
     lease.url, lease.title = obs.url, obs.title
@@ -148,6 +149,7 @@ def _centre(lease: Lease, element_id: str | int) -> tuple[float, float]:
 
 
 async def _evaluate(lease: Lease, expression: str) -> Any:
+    await lease.ready()
     (value,) = await lease.session.evaluate([expression])
     if isinstance(value, dict) and set(value) == {"error"}:
         raise CommandError(f"the page's script failed: {value['error']}")
@@ -173,6 +175,9 @@ def _combo(keys: list[str]) -> str:
 
 # --- commands ---------------------------------------------------------------------------------------------
 async def visit_page(lease: Lease, a: Url) -> dict[str, Any]:
+    if not lease.opened:
+        await lease.open(a.url)  # the lease's first command: one page load instead of a blank page and a load
+        return SUCCESS
     return await _act(lease, BrowserAction("navigate", url=a.url))
 
 
@@ -286,6 +291,7 @@ async def get_screenshot_info(lease: Lease, _a: NoArgs) -> dict[str, Any]:
 
 
 async def screenshot(lease: Lease, a: Shot) -> dict[str, Any]:
+    await lease.ready()
     obs, frame = await lease.session.observe(som=a.interaction_mode == "set_of_marks")
     frame.release()
     note_observation(lease, obs.url, obs.title, obs.elements)

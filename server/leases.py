@@ -53,6 +53,20 @@ class Lease:
     # What the last set_of_marks screenshot found (get_screenshot_info); None before the first one.
     som_elements: list[list[Any]] | None = None
     result: dict[str, Any] = field(default_factory=dict)  # where the last action left the page (its record's)
+    opened: bool = False  # the worker has the lease's page (opened by its first command, not by /get)
+
+    async def ready(self) -> None:
+        """Open the lease's blank page on its worker if no command has yet (a lease costs nothing until used)."""
+        if not self.opened:
+            await self.open("about:blank")
+
+    async def open(self, url: str) -> None:
+        """Open the lease's page at ``url``: its first command (``visit_page`` loads its URL as the open does)."""
+        obs, frame = await self.session.open(url, shot=False)
+        frame.release()
+        self.opened = True
+        self.url, self.title = obs.url, obs.title
+        self.result = {"url": obs.url, "title": obs.title, "settle": obs.settle, "timings": obs.timings_ms}
 
     def element(self, element_id: str | int) -> list[Any]:
         """The element a ``*_id`` command names; LeaseError 400 when the last element pass has no such id."""
@@ -85,8 +99,9 @@ class LeaseTable:
 
     # --- leasing ----------------------------------------------------------------------------------------
     async def acquire(self, lifetime_mins: int) -> Lease:
-        """A new lease on a blank page; LeaseError 503 (the original's answer, which clients retry) when the
-        server is full, the lifetime is out of range, or no browser could be had."""
+        """A new lease (a blank page: its first command opens it on the worker reserved now); LeaseError 503 (the
+        original's answer, which clients retry) when the server is full, the lifetime is out of range, or no
+        browser worker has room."""
         if not 0 <= lifetime_mins <= self.lifetime_max_mins:
             raise LeaseError(503, f"No available nodes with capacity to create new instance (lifetime_mins must "
                                   f"be between 0 and {self.lifetime_max_mins})")
@@ -100,12 +115,6 @@ class LeaseTable:
         t0 = time.monotonic()
         try:
             session = await asyncio.wait_for(self.pool.lease(recorder.episode_id), self.lease_wait_s)
-            try:
-                obs, frame = await session.open("about:blank")
-                frame.release()
-            except BaseException:
-                await session.close()
-                raise
         except (TimeoutError, PoolError) as exc:
             recorder.end({"kind": "lease_failed", "message": str(exc) or "no browser worker had room"})
             raise LeaseError(503, f"Failed to create instance: {exc or 'no browser worker had room'}") from None
@@ -113,7 +122,6 @@ class LeaseTable:
             self._opening -= 1
         recorder.leased(session.worker_id, round((time.monotonic() - t0) * 1000, 1))
         lease = Lease(instance_id, session.worker_id, session, lifetime_mins * 60.0, recorder)
-        lease.url, lease.title = obs.url, obs.title
         self.leases[instance_id] = lease
         return lease
 
