@@ -18,11 +18,12 @@ from rich.console import Console
 from bench.cli import bench as bench_cmd
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.config import RunConfig
-from engine.core import EngineCore, new_run_dir, server_keys
+from engine.core import EngineCore, new_run_dir
 from engine.judge import JudgeConfig, RubricJudge
 from engine.judging import rejudge
 from engine.miniwob import is_miniwob_spec, miniwob_mount
@@ -80,17 +81,7 @@ def main() -> None:
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=80, show_default=True)
 @click.option("--settle-timeout", type=float, default=10.0, show_default=True,
               help="Hard cap (s) on one action plus waiting for the page to settle.")
-@click.option("--listen", default=None, help="Bind the worker socket here (e.g. tcp://0.0.0.0:5555) "
-              "so workers on other hosts can join with `webgym-engine worker --connect`.")
-@click.option("--no-spawn", is_flag=True, help="Start no local workers; wait for --workers to connect.")
-@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CURVE for sockets on tcp (--listen, --telemetry): the engine's secret key file "
-                   "(`webgym-engine keys engine`).")
-@click.option("--allow-keys", type=click.Path(exists=True), default=None,
-              help="CURVE: the public keys of the workers (and monitors) allowed to connect: a directory of "
-                   "*.key files or one file.")
-@click.option("--insecure", is_flag=True,
-              help="Allow sockets on tcp without CURVE authentication (any peer that reaches the port is trusted).")
+@worker_socket_options
 @click.option("--telemetry", default="ipc", show_default=True,
               help="Live telemetry for `webgym-engine monitor`: ipc (a socket in the run directory), "
                    "tcp://HOST:PORT (port * = any free one), or off.")
@@ -151,18 +142,7 @@ def main() -> None:
                    "reused. 0: off.")
 @click.option("--browser-memory-mib", type=click.IntRange(0), default=8192, show_default=True,
               help="A browser whose process tree (PSS) is above this is recycled between episodes. 0: off.")
-# --- the network policy for pages ---
-@click.option("--allow-private-network", is_flag=True,
-              help="Let pages load from loopback and private addresses (RFC 1918, CGNAT, fc00::/7). Cloud "
-                   "metadata and link-local addresses stay refused.")
-@click.option("--net-allow", multiple=True, metavar="ENTRY",
-              help="Let pages load from ENTRY despite the private-network block: HOST:PORT, an address, a CIDR or "
-                   "a URL pattern (http://wiki.corp/*). Repeatable.")
-@click.option("--net-deny", multiple=True, metavar="ENTRY",
-              help="Refuse page loads from ENTRY (wins over --net-allow): a host (*.example.com: its subdomains), "
-                   "HOST:PORT, an address, a CIDR or a URL pattern. Repeatable.")
-@click.option("--net-policy/--no-net-policy", default=True, show_default=True,
-              help="The network policy for pages; off, pages may load from any address the machine reaches.")
+@net_policy_options
 def run_cmd(**opts: Any) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
     o = SimpleNamespace(**opts)
@@ -183,7 +163,7 @@ def run_cmd(**opts: Any) -> None:
         raise click.ClickException(str(exc)) from None
     if o.resume_dir and not Path(o.resume_dir, "episodes.jsonl").exists():
         raise click.ClickException(f"{o.resume_dir} is not a run directory (no episodes.jsonl)")
-    _check_net_policy(o.allow_private_network, o.net_allow, o.net_deny)
+    check_net_policy(o.allow_private_network, o.net_allow, o.net_deny)
     try:
         cfg = RunConfig(
             tasks=o.tasks_path, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
@@ -209,17 +189,7 @@ def run_cmd(**opts: Any) -> None:
     backend = BackendConfig(model=o.model, base_url=o.base_url, api_key_env=o.api_key_env,
                             image_transport=o.image_transport, token_ids=o.token_ids, timeout_s=o.request_timeout,
                             device=o.device, max_batch=o.max_batch, sim_speed=o.sim_speed)
-    try:
-        server_keys(cfg)  # unreadable or world-readable key files fail here, before anything starts
-    except KeyFileError as exc:
-        raise click.ClickException(str(exc)) from None
-    for endpoint, what in ((cfg.listen, "the worker socket"), (cfg.telemetry, "telemetry")):
-        if (endpoint or "").startswith("tcp://"):
-            if cfg.server_key is None and not cfg.insecure:
-                raise click.ClickException(f"{what} on {endpoint} is tcp: give CURVE keys (--server-key, "
-                                           "--allow-keys; see `webgym-engine keys`) or pass --insecure")
-            if cfg.server_key is None:
-                console.print(warn_insecure(endpoint, what))
+    check_sockets(cfg, console)
     if o.tui and cfg.telemetry is None:
         raise click.ClickException("--tui needs telemetry (not --telemetry off)")
     cfg.run_dir = o.resume_dir or str(new_run_dir(o.output_dir))  # file URLs and the manifest need it now
@@ -260,16 +230,6 @@ def run_cmd(**opts: Any) -> None:
         Path(o.summary_json).write_text(json.dumps(summary, indent=2))
     if summary["lost"]:
         sys.exit(2)
-
-
-def _check_net_policy(allow_private_network: bool, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
-    """A bad --net-allow / --net-deny entry fails here, before anything starts."""
-    from browserpool.netpolicy import NetPolicy
-
-    try:
-        NetPolicy(allow_private_network=allow_private_network, allow=allow, deny=deny)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge | None,
@@ -362,7 +322,7 @@ def worker_cmd(connect: str, worker_id: str | None, chromium: str, server_key: s
 
     from browserpool.worker import main as worker_main
     args = ["--connect", connect, "--worker-id", worker_id or f"{socket.gethostname()}-{os.getpid()}"]
-    _check_net_policy(False, (), net_deny)
+    check_net_policy(False, (), net_deny)
     cfg = WorkerConfig(endpoint=connect, chromium_path=chromium, net_deny=list(net_deny))
     args += ["--config", cfg.to_json()]
     args += ["--server-key", server_key] if server_key else []

@@ -13,6 +13,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.shutdown import Terminated, until_signal
@@ -46,12 +47,8 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
               help="Hard cap (s) on one command plus waiting for the page to settle.")
 @click.option("--telemetry", default="ipc", show_default=True,
               help="Live telemetry for `webgym-engine monitor` (one cell per lease): ipc, tcp://HOST:PORT or off.")
-@click.option("--allow-private-network", is_flag=True,
-              help="Let pages load from private and loopback addresses (off: only the public internet).")
-@click.option("--net-allow", multiple=True, metavar="ENTRY", help="Allow page loads from ENTRY. Repeatable.")
-@click.option("--net-deny", multiple=True, metavar="ENTRY", help="Refuse page loads from ENTRY. Repeatable.")
-@click.option("--net-policy/--no-net-policy", default=True, show_default=True,
-              help="The network policy for pages; off, pages may load from any address the machine reaches.")
+@worker_socket_options
+@net_policy_options
 @click.pass_context
 def serve(ctx: click.Context, **opts: Any) -> None:
     """Serve browsers over the Omniboxes HTTP API, for WebGym's and AsyncWebRL's rollout clients."""
@@ -65,20 +62,20 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     if api_key is None and not is_loopback(opts["host"]):
         console.print(f"WARNING: serving on {opts['host']} without an API key: anyone who reaches the port can "
                       f"drive its browsers (set {key_env})")
+    check_net_policy(opts["allow_private_network"], opts["net_allow"], opts["net_deny"])
     try:
-        from browserpool.netpolicy import NetPolicy
-
-        NetPolicy(allow_private_network=opts["allow_private_network"], allow=opts["net_allow"],
-                  deny=opts["net_deny"])
         cfg = RunConfig(
             concurrency=opts["capacity"], workers=opts["workers"], output_dir=opts["output_dir"],
-            telemetry=opts["telemetry"], secret_env=(key_env,), episode_timeout_s=None,
+            telemetry=opts["telemetry"], secret_env=(key_env,), episode_timeout_s=None, listen=opts["listen"],
+            spawn_workers=not opts["no_spawn"], server_key=opts["server_key"], allow_keys=opts["allow_keys"],
+            insecure=opts["insecure"],
             worker=WorkerConfig(endpoint="", chromium_path=opts["chromium"], jpeg_quality=opts["jpeg_quality"],
                                 settle_timeout_s=opts["settle_timeout"], net_policy=opts["net_policy"],
                                 allow_private_network=opts["allow_private_network"],
                                 net_allow=list(opts["net_allow"]), net_deny=list(opts["net_deny"])))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    check_sockets(cfg, console)
     server_cfg = ServerConfig(host=opts["host"], port=opts["port"], api_key=api_key, capacity=opts["capacity"],
                               lifetime_max_mins=opts["lifetime_max"], record=opts["record"],
                               screenshot_format=opts["screenshot_format"])

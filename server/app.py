@@ -207,13 +207,9 @@ class BrowserServer:
             error = str(exc)
             raise
         finally:
-            # A step of the lease's record (not when the command ended the lease: that has its record already).
-            if command.action and self.leases.leases.get(lease.instance_id) is lease:
-                timings = {"step_ms": round((time.perf_counter() - t0) * 1000, 2),
-                           **lease.result.get("timings", {})}
-                lease.recorder.step(action_record(name, args), _describe(name, body[name]), timings, lease.result,
-                                    error)
-                lease.result = {}
+            # Not when the command ended the lease: that has its record already.
+            if self.leases.leases.get(lease.instance_id) is lease:
+                self._note_command(lease, name, args, body[name], round((time.perf_counter() - t0) * 1000, 2), error)
         return web.json_response(result)
 
     async def metadata(self, request: web.Request) -> web.Response:
@@ -244,6 +240,16 @@ class BrowserServer:
         return web.json_response(self.leases.info())
 
     # --- internals --------------------------------------------------------------------------------------
+    @staticmethod
+    def _note_command(lease: Lease, name: str, args: Any, raw: Any, ms: float, error: str | None) -> None:
+        """Into the lease's record: an action as a step, an information command as a count and a time."""
+        if COMMANDS[name].action:
+            timings = {"step_ms": ms, **lease.result.get("timings", {})}
+            lease.recorder.step(action_record(name, args), _describe(name, raw), timings, lease.result, error)
+            lease.result = {}
+        else:
+            lease.recorder.query(name, ms)
+
     def _lease(self, request: web.Request) -> Lease:
         return self.leases.find(_query(request, "instance_id"), _query(request, "node"))
 

@@ -32,6 +32,7 @@ class LeaseRecorder:
         self.url, self.title, self.first_url = "about:blank", "", ""
         self.worker: str | None = None
         self.lease_ms = 0.0
+        self.queries: dict[str, float] = {}  # the information commands' time (ms) and count, by command
         self.started_at, self.t0 = time.time(), time.monotonic()
         self.ended = False
         core.stats.total += 1
@@ -77,6 +78,12 @@ class LeaseRecorder:
         self.status.action, self.status.step_timings_ms = text, timings_ms
         self._set(State.RUNNING, Op.EXECUTE)
 
+    def query(self, name: str, ms: float) -> None:
+        """An information command (``get_page_metadata``, ``get_screenshot_info``...): not a step of the record;
+        its count and time go into the record's timings (``<name>_ms``, ``<name>_n``)."""
+        self.queries[f"{name}_ms"] = round(self.queries.get(f"{name}_ms", 0.0) + ms, 2)
+        self.queries[f"{name}_n"] = self.queries.get(f"{name}_n", 0) + 1
+
     def end(self, error: RecordError | None = None) -> None:
         """The lease ended: released by the client (``error`` None), expired or lost. Once."""
         if self.ended:
@@ -116,5 +123,5 @@ class LeaseRecorder:
             "answer": None, "error": error, "attempts": 1, "previous_errors": [], "steps": self.steps,
             "final": {"url": mask_url(self.url), "title": self.title, "settled": True, "screenshot": self.frame_path},
             "started_at": self.started_at, "duration_s": round(time.monotonic() - self.t0, 3),
-            "timings_ms": {"wait_browser_ms": self.lease_ms},
+            "timings_ms": {"wait_browser_ms": self.lease_ms, **self.queries},
         }

@@ -210,16 +210,19 @@ async def test_a_context_over_the_heap_cap_is_replaced_not_reused(
     while worker.idle:
         await worker._drop_context(worker.idle.pop())
     discarded = worker.contexts_over_memory
-    contexts = []
+    contexts, over = [], []
     for page in ["click.html", "click.html", "heap_hog.html", "click.html"]:
         async with open_session(pool, fixture_url(page)) as (s, obs, _f):
             assert obs.settle == "quiet"
             contexts.append(worker.episodes[s.episode_id].slot.context)
+        over.append(worker.contexts_over_memory - discarded)
     light, again, hog, after = contexts
     assert again is light  # a light page's context is reused
     assert hog is light  # the hog got the reused context too ...
     assert after is not hog  # ... which was discarded after its episode: the next one gets a fresh context
-    assert worker.contexts_over_memory == discarded + 1
+    # Counted as each episode closed. Not the last one's: a renderer process (and its one V8 heap) may host pages of
+    # several contexts, so under load the fresh context's page can land in the hog's process and read its heap.
+    assert over[:3] == [0, 0, 1]
     assert hog not in [slot.context for slot in worker.idle]
 
 

@@ -259,6 +259,7 @@ async def test_leases_are_recorded_and_shown_as_cells(served: tuple[EngineCore, 
     assert record["policy"] == "http-client" and record["status"] == "failure"
     assert record["task"]["website"] == fixture_url("click.html")
     assert [s["action"]["name"] for s in record["steps"]] == ["visit_page", "click_coords"]
+    assert record["timings_ms"]["get_page_metadata_n"] == 1 and record["timings_ms"]["get_page_metadata_ms"] > 0
     click = record["steps"][1]
     assert click["action"]["x"] == 150 and click["point"] == [150.0, 120.0] and click["timings_ms"]["step_ms"] > 0
     assert (Path(core.run_dir) / click["screenshot"]).read_bytes()[:2] == b"\xff\xd8"  # type: ignore[arg-type]
