@@ -334,11 +334,11 @@ class BrowserWorker:
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
-            shot_ms, marks = await asyncio.gather(_timed(page.screenshot(fmt)), _timed(page.som()),
-                                                  return_exceptions=True)
-            if isinstance(shot_ms, BaseException):
-                raise shot_ms
-            image, timings["screenshot_ms"] = shot_ms
+            captured, marks = await asyncio.gather(_timed(page.screenshot(fmt)), _timed(page.som()),
+                                                   return_exceptions=True)
+            if isinstance(captured, BaseException):
+                raise captured
+            image, timings["screenshot_ms"] = captured
             raw = image
             css_width = float(self.cfg.viewport_width)
             if isinstance(marks, PlaywrightError):
