@@ -116,7 +116,8 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     probe: Any = None
     # Fraction of (1/4-scale) pixels that differ from this episode's previous screenshot (the raw captures,
     # before any marks are drawn), computed by the worker so the engine's single thread need not decode
-    # frames. None for an episode's first screenshot, or when the comparison failed.
+    # frames: 0.0 only when the captures are byte-identical, at least 1e-6 when they differ at all. None for an
+    # episode's first screenshot, or when the comparison failed.
     change: float | None = None
     # What the page did besides the action since the previous observation (refused loads, popups,
     # downloads, file choosers, dialogs); None when nothing happened.

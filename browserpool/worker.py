@@ -633,12 +633,21 @@ async def _timed(coro: Awaitable[T]) -> tuple[T, float]:
     return await coro, _ms(t0)
 
 
+# The least change reported for captures that differ at all (Observation.change).
+MIN_CHANGE = 1e-6
+
+
 def _changed_fraction(before: bytes, after: bytes) -> float | None:
-    """How much of the page changed between two screenshots (in a thread: the codec releases the GIL)."""
+    """How much of the page changed between two screenshots (in a thread: the codec releases the GIL): 0.0 only for
+    byte-identical captures (Chromium encodes an unchanged page to the same bytes), else at least MIN_CHANGE, so
+    that any difference counts as a change, as the original's exact comparison of the frames has it (a word typed
+    into a search box changes well under 0.1% of the pixels)."""
+    if before == after:
+        return 0.0
     from engine import _imgcodec as imgcodec
 
     try:
-        return imgcodec.frame_diff(before, after)[0]
+        return max(imgcodec.frame_diff(before, after)[0], MIN_CHANGE)
     except imgcodec.ImgCodecError:
         return None
 

@@ -50,7 +50,10 @@ class Generation:
 
     text: str
     token_ids: list[int] | None = None  # the generated tokens (not the prompt)
-    logprobs: list[float] | None = None  # one per generated token, under the sampling distribution
+    logprobs: list[float] | None = None  # one per generated token (``logprobs_of`` says under which distribution)
+    # "model": the model's own distribution (before temperature, top-k and top-p), the one the trainer computes,
+    # so behaviour and proximal log-probs are comparable; "sampler": after them; None: the backend does not say.
+    logprobs_of: str | None = None
     prompt_tokens: int | None = None
     finish_reason: str | None = None  # stop | length | ...
     # sha256 of the prompt token ids as little-endian int32 (policy.prompting.prompt_sha256): training checks

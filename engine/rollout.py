@@ -33,7 +33,6 @@ from engine.tasks import Task
 if TYPE_CHECKING:
     from engine.judging import JudgeQueue
 
-CHANGED_FRACTION = 0.002  # share of (1/4-scale) pixels that must differ for "page changed"
 REWARD_MODES = ("auto", "judge", "program")
 
 
@@ -429,8 +428,9 @@ class Rollout:
             jpeg = bytes(frame.view)
         changed = None
         if self.current is not None:
-            # The worker compares consecutive screenshots; its first one of an episode has nothing to compare.
-            changed = obs.change >= CHANGED_FRACTION if obs.change is not None else None
+            # The worker compares consecutive screenshots; its first one of an episode has nothing to compare. Any
+            # difference is a change, as in the original's exact comparison of the frames (Observation.change).
+            changed = obs.change > 0.0 if obs.change is not None else None
             self.current.page_changed = changed
             self._push_history(self.current)
         self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements)

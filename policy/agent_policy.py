@@ -55,7 +55,8 @@ class AgentPolicy(Policy):
                                                     self.sampling))
         read = self.protocol.read(gen.text, view)
         details = {**read.details, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
-                   "prompt_sha256": gen.prompt_sha256, "model_timings_ms": gen.timings_ms}
+                   "prompt_sha256": gen.prompt_sha256, "model_timings_ms": gen.timings_ms,
+                   "logprobs_of": gen.logprobs_of}
         return PolicyReply(read.action, text=gen.text, thought=read.thought, parse_error=read.parse_error,
                            token_ids=gen.token_ids, logprobs=gen.logprobs,
                            policy_version=gen.policy_version if gen.policy_version is not None

@@ -10,8 +10,11 @@ request.
 
 Sampling: temperature 0 is greedy decoding; otherwise temperature, then top-k, then top-p, applied by
 this module's own logits processors in that order (the model's ``generation_config`` defaults such as
-repetition penalties are not applied), and each generated token's log-probability is taken under that
-final distribution (greedy: the model's plain softmax). ``max_tokens`` may differ inside a batch: the
+repetition penalties are not applied). Each generated token's log-probability is taken under the model's own
+distribution, before temperature, top-k and top-p (vision placeholders suppressed, as they are for sampling):
+the distribution the trainer computes, so that a token's behaviour and proximal log-probs are comparable and an
+update's importance weights are 1 before the weights move. ``Generation.logprobs_of`` is ``"model"`` (and the
+step record's ``parsed.logprobs_of`` says so). ``max_tokens`` may differ inside a batch: the
 batch runs to the largest and each reply is cut at its own limit, which gives the same tokens as a
 shorter run (decoding is causal).
 
@@ -439,19 +442,19 @@ class HFModel(LanguageModel):
             # A reply never contains vision placeholders (a random model would emit them); one in a reply would
             # also be taken for an image when the step is trained on.
             processors.append(SuppressTokensLogitsProcessor(sorted(self.vision_token_ids), device=self.device))
+        # The recorder sees the model's own distribution: before the warpers (the module docstring says why).
+        processors.append(recorder)
         greedy = sampling.temperature <= 0
         if not greedy:
             from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-            # Our own warpers, in vLLM's order, so that the recorder (last) sees the final distribution:
-            # transformers puts custom processors before its built-in warpers.
+            # Our own warpers, in vLLM's order: transformers puts custom processors before its built-in warpers.
             if sampling.temperature != 1.0:
                 processors.append(TemperatureLogitsWarper(float(sampling.temperature)))
             if sampling.top_k:
                 processors.append(TopKLogitsWarper(int(sampling.top_k)))
             if sampling.top_p < 1.0:
                 processors.append(TopPLogitsWarper(float(sampling.top_p)))
-        processors.append(recorder)
         # Sampling: our warpers above do the work; the built-in ones are set to no-ops (top_k=0 disables).
         options: dict[str, Any] = {} if greedy else {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
         gen_config = GenerationConfig(
@@ -487,6 +490,7 @@ class HFModel(LanguageModel):
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             results.append(Generation(
                 text=text, token_ids=tokens, logprobs=lps if item.request.sampling.logprobs else None,
+                logprobs_of="model" if item.request.sampling.logprobs else None,
                 prompt_tokens=len(item.input_ids), finish_reason=finish,
                 prompt_sha256=prompt_sha256(item.input_ids), policy_version=self.version,
                 timings_ms={"queue_ms": (start - item.enqueued) * 1000, "prep_ms": item.prep_ms,
@@ -505,7 +509,7 @@ def _dtype_kwarg(dtype: Any) -> dict[str, Any]:
 
 
 class _LogprobRecorder:
-    """A logits processor (the last one) that records the log-probability of each chosen token.
+    """A logits processor (before the warpers) that records the log-probability of each chosen token.
 
     It sees the final scores of step ``i``; the token chosen from them appears as the last column of
     ``input_ids`` at step ``i + 1`` (and in the output for the last step), so only one step's

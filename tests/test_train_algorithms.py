@@ -44,14 +44,15 @@ def test_fbc_filters_steps_and_weights_by_recency() -> None:
         [rec("new#0", "t", 1.0, [click(None), click(True), ANSWER]),
          rec("pending#0", "t", None, [click(True), ANSWER])],  # no reward yet: not a success
     ]
-    chosen = fbc_select(runs, iterations_back=2, recency=0.5, n_samples=100)
+    chosen = fbc_select(runs, iterations_back=2, recency=0.5, n_samples=100, weighting="iteration")
     got = [(c.episode_id, c.step, c.run_index, c.age, c.weight) for c in chosen]
     # Newest first; unchanged (False) and unknown (None) page changes dropped; the final answer kept.
     assert got == [("new#0", 1, 2, 0, 1.0), ("new#0", 2, 2, 0, 1.0),
                    ("mid#0", 0, 1, 1, 0.5), ("mid#0", 2, 1, 1, 0.5)]
     assert chosen[0].step_record is runs[2][0]["steps"][1]
     # With 4 iterations back the oldest run counts too, at 0.5 ** 2.
-    assert {(c.episode_id, c.weight) for c in fbc_select(runs, iterations_back=4)} >= {("old#0", 0.25)}
+    assert {(c.episode_id, c.weight) for c in fbc_select(runs, iterations_back=4, weighting="iteration")
+            } >= {("old#0", 0.25)}
     # As a build_samples selector: exactly the chosen steps, with uniform or recency loss weights.
     select = chosen_selector(chosen)
     kept = [(i, r["episode_id"], s_i) for i, recs in enumerate(runs) for r in recs
@@ -60,11 +61,30 @@ def test_fbc_filters_steps_and_weights_by_recency() -> None:
     assert chosen_selector(chosen, "recency")(1, runs[1][0], {"step": 2}) == 0.5
 
 
+def test_fbc_weights_are_webgyms_position_formula_by_default() -> None:
+    # A hand-made pool, chronologically: old (2 eligible steps), then mid (its failure and unchanged step left
+    # out), then new: positions 0..4 weigh (i + 1) ** 2 = 1, 4, 9, 16, 25.
+    runs = [
+        [rec("old#0", "t", 1.0, [click(True), ANSWER])],
+        [rec("midfail#0", "t", 0.0, [click(True)]), rec("mid#0", "t", 1.0, [click(False), ANSWER])],
+        [rec("new#0", "t", 1.0, [click(True), ANSWER])],
+    ]
+    weights = {(c.episode_id, c.step): c.weight for c in fbc_select(runs)}
+    assert weights == {("old#0", 0): 1.0, ("old#0", 1): 4.0, ("mid#0", 1): 9.0, ("new#0", 0): 16.0,
+                       ("new#0", 1): 25.0}
+    assert {c.weight for c in fbc_select(runs, recency_bias_power=1.0)} == {1.0, 2.0, 3.0, 4.0, 5.0}
+    with pytest.raises(ValueError, match="weighting"):
+        fbc_select(runs, weighting="newest")
+
+
 def test_fbc_samples_in_proportion_to_the_recency_weights() -> None:
     runs = [[rec("old#0", "t", 1.0, [ANSWER])], [rec("new#0", "t", 1.0, [ANSWER])]]
     # One draw out of two steps weighted 1 (new) and 0.5 (old): P(new) = 1 / 1.5 = 2/3.
-    draws = [fbc_select(runs, n_samples=1, seed=s)[0].episode_id for s in range(1500)]
+    draws = [fbc_select(runs, n_samples=1, seed=s, weighting="iteration")[0].episode_id for s in range(1500)]
     assert abs(draws.count("new#0") / len(draws) - 2 / 3) < 0.04
+    # WebGym's weights: positions 0 and 1 weigh 1 and 4: P(new) = 4/5.
+    draws = [fbc_select(runs, n_samples=1, seed=s)[0].episode_id for s in range(1500)]
+    assert abs(draws.count("new#0") / len(draws) - 4 / 5) < 0.04
     assert len(fbc_select(runs, n_samples=2, seed=0)) == 2
     assert fbc_select(runs, n_samples=0) == []
     assert fbc_select(runs, n_samples=1, seed=7) == fbc_select(runs, n_samples=1, seed=7)  # seeded
@@ -133,8 +153,9 @@ def test_is_cap_drops_exactly_the_tokens_above_it() -> None:
     theta = prox.clone()  # ratio 1
     mask = torch.ones(1, 5, dtype=torch.bool)
     loss, stats = decoupled_ppo_loss(theta, prox, behave, torch.tensor([1.0], dtype=torch.float64), mask)
-    # Kept: w = 1, 4, 4.9 (6 and 5.1 are above the cap 5); the weight is applied unclipped.
-    assert float(loss) == pytest.approx(-(1 + 4 + 4.9) / 3)
+    # Kept: w = 1, 4, 4.9 (6 and 5.1 are above the cap 5); the weight is applied unclipped. AReaL's normalisation:
+    # the dropped tokens count as zeros in the mean over all 5 tokens of the mask, not a mean over the 3 kept.
+    assert float(loss) == pytest.approx(-(1 + 4 + 4.9) / 5)
     assert stats["dropped_frac"] == pytest.approx(2 / 5) and stats["kept_tokens"] == 3
     assert stats["mean_is_weight"] == pytest.approx((1 + 4 + 4.9) / 3)
     # A masked-out token is neither kept nor counted as dropped.

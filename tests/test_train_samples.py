@@ -22,7 +22,6 @@ from engine.runner import run  # noqa: E402
 from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
 from engine.tasks import BUNDLED_TASKS  # noqa: E402
-from policy.prompting import vision_token_ids  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from train.export import export_sharegpt  # noqa: E402
@@ -37,6 +36,7 @@ from train.samples import (  # noqa: E402
     model_wants_mm_token_types,
     samples_from_records,
 )
+from train.trainer import label_logprobs  # noqa: E402
 
 
 def task_file(path: Path, task_ids: list[str]) -> Path:
@@ -52,14 +52,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Path]:
-    """Two bundled tasks (10 steps each: the tiny model never answers) with the hf backend; top_p 1 so that the
-    recorded log-probs are the model's plain softmax."""
+    """Two bundled tasks (10 steps each: the tiny model never answers) with the hf backend, sampling at
+    temperature 0.7 and top_p 0.9 (the recorded log-probs are the model's own distribution all the same)."""
     import asyncio
 
     tmp = tmp_path_factory.mktemp("hf-run")
     tasks = task_file(tmp / "tasks.jsonl", ["wiki-001", "travel-001"])
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=2, workers=1, telemetry=None)
-    policy = make_policy("hf", sampling=SamplingParams(max_tokens=8, seed=0, temperature=1.0, top_p=1.0),
+    policy = make_policy("hf", sampling=SamplingParams(max_tokens=8, seed=0, temperature=0.7, top_p=0.9),
                          backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
 
     async def go() -> Path:
@@ -170,17 +170,18 @@ def test_model_log_probs_at_label_positions_equal_the_recorded_ones(hf_run: Path
     collate = Collator.for_processing(proc, mm_token_types=model_wants_mm_token_types(tiny_model))
     assert collate.mm_token_types == model_wants_mm_token_types(model)
     batch = collate(longest)
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw",
-                                    "mm_token_type_ids") if k in batch}
+    # The trainer's own log-probs (train.trainer.label_logprobs) under the weights that sampled: they equal the
+    # recorded behaviour log-probs although sampling used temperature 0.7 and top_p 0.9, so every importance
+    # weight of an update starts at 1.
     with torch.no_grad():
-        logits = model(**inputs).logits.float()
-    # The backend sampled with the vision placeholders suppressed: the same distribution here.
-    logits[..., vision_token_ids(model.config)] = float("-inf")
-    logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["labels"][:, 1:].clamp(min=0).unsqueeze(-1))
+        got, _, _, _ = label_logprobs(model, batch, "cpu")
     mask = batch["loss_mask"][:, 1:]
-    got, want = logp.squeeze(-1)[mask], batch["behaviour_logprobs"][:, 1:][mask]
-    assert got.numel() == sum(len(s.target_ids) for s in longest)
-    assert torch.allclose(got, want, atol=2e-3), (got - want).abs().max()
+    want = batch["behaviour_logprobs"][:, 1:][mask]
+    assert got.numel() == want.numel() == sum(len(s.target_ids) for s in longest)
+    assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
+    assert torch.exp(got - want).sub(1).abs().max() < 1e-3  # w = exp(prox - behave) = 1
+    records = [json.loads(line) for line in (hf_run / "episodes.jsonl").read_text().splitlines()]
+    assert {s["parsed"]["logprobs_of"] for r in records for s in r["steps"]} == {"model"}
 
 
 def test_bucket_batches() -> None:

@@ -2,7 +2,8 @@
 
 - :func:`fbc_select`: WebGym's filtered behaviour cloning (REINFORCE with a binary reward and no negative
   gradient): steps of successful trajectories whose screenshot changed after the action, sampled from the
-  last iterations with recency weights.
+  last iterations with recency weights (WebGym's ``(position + 1) ** recency_bias_power`` over the
+  chronological pool, or ``recency ** age`` per iteration).
 - :func:`grpo_advantages`: AsyncWebRL's group-normalised rewards (one group = the trajectories of one task),
   spread over a trajectory's steps with a constant ``1/k`` (the default) or ``1/|tau|``.
 - :func:`decoupled_ppo_loss`: AsyncWebRL's decoupled PPO: the behaviour-to-proximal importance weight applied
@@ -30,7 +31,7 @@ class ChosenStep:
     age: int  # iterations before the newest (0 = newest)
     episode_id: str
     step: int  # the step's index in record["steps"]
-    weight: float  # its recency weight, recency ** age: what the sampling was proportional to
+    weight: float  # its recency weight (RECENCY_WEIGHTINGS): what the sampling was proportional to
     record: dict[str, Any] = field(repr=False)
 
     @property
@@ -52,22 +53,35 @@ def fbc_eligible(step: dict[str, Any]) -> bool:
     return step.get("page_changed") is True
 
 
+RECENCY_WEIGHTINGS = ("position", "iteration")
+
+
 def fbc_select(records: Sequence[Sequence[dict[str, Any]]], iterations_back: int = 4, recency: float = 0.5,
-               n_samples: int = 1800, seed: int = 0) -> list[ChosenStep]:
+               n_samples: int = 1800, seed: int = 0, weighting: str = "position",
+               recency_bias_power: float = 2.0) -> list[ChosenStep]:
     """Filtered behaviour cloning's training steps.
 
     ``records[i]`` are the records of iteration ``i`` (one run each, oldest first, newest last). Only the last
     ``iterations_back`` iterations count. A step qualifies when its trajectory succeeded (:func:`is_success`)
-    and :func:`fbc_eligible` holds. Each qualifying step gets the weight ``recency ** age`` (age 0 = newest
-    iteration; the default 0.5 halves the weight per iteration back: 1, 1/2, 1/4, 1/8), and ``n_samples``
-    steps are drawn without replacement with probability proportional to the weights (Efraimidis-Spirakis:
-    the largest ``u ** (1 / w)``); when fewer qualify, all are taken. The weights are already in the draw:
-    train the chosen steps with equal loss weights (``ChosenStep.weight`` is informative).
+    and :func:`fbc_eligible` holds. Each qualifying step gets a recency weight:
+
+    - ``weighting="position"`` (WebGym's): the qualifying steps form one chronological pool (oldest iteration
+      first, then record and step order); the step at 0-based position ``i`` weighs
+      ``(i + 1) ** recency_bias_power`` (WebGym's ``recency_bias_power``, 2 by default), so the newest steps
+      weigh most and every step is older than the next;
+    - ``weighting="iteration"``: ``recency ** age`` (age 0 = newest iteration; 0.5 halves the weight per
+      iteration back: 1, 1/2, 1/4, 1/8).
+
+    ``n_samples`` steps are drawn without replacement with probability proportional to the weights
+    (Efraimidis-Spirakis: the largest ``u ** (1 / w)``); when fewer qualify, all are taken. The weights are
+    already in the draw: train the chosen steps with equal loss weights (``ChosenStep.weight`` is informative).
 
     Returns the chosen steps, newest iteration first, then in record order.
     """
-    if iterations_back < 1 or not 0 < recency <= 1 or n_samples < 0:
-        raise ValueError("need iterations_back >= 1, 0 < recency <= 1, n_samples >= 0")
+    if iterations_back < 1 or not 0 < recency <= 1 or n_samples < 0 or recency_bias_power < 0:
+        raise ValueError("need iterations_back >= 1, 0 < recency <= 1, n_samples >= 0, recency_bias_power >= 0")
+    if weighting not in RECENCY_WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {RECENCY_WEIGHTINGS}, not {weighting!r}")
     newest = len(records) - 1
     pool: list[ChosenStep] = []
     for run_index in range(max(0, len(records) - iterations_back), len(records)):
@@ -77,7 +91,8 @@ def fbc_select(records: Sequence[Sequence[dict[str, Any]]], iterations_back: int
                 continue
             for i, step in enumerate(record.get("steps") or []):
                 if fbc_eligible(step):
-                    pool.append(ChosenStep(run_index, age, str(record.get("episode_id")), i, recency ** age, record))
+                    weight = (len(pool) + 1) ** recency_bias_power if weighting == "position" else recency ** age
+                    pool.append(ChosenStep(run_index, age, str(record.get("episode_id")), i, weight, record))
     if len(pool) <= n_samples:
         picked = list(range(len(pool)))
     else:
@@ -213,7 +228,10 @@ def decoupled_ppo_loss(logp_theta: Any, logp_prox: Any, logp_behave: Any, advant
     - ``ratio = exp(logp_theta - logp_prox)``: PPO's ratio, clipped to ``[1 - clip, 1 + clip]`` with the
       pessimistic min: ``obj = min(ratio * A, clip(ratio) * A)``.
     - dual clip for ``A < 0``: ``obj = max(obj, dual_clip * A)`` (a huge ratio on a bad token cannot blow up).
-    - loss = ``-sum(w * obj * keep) / sum(keep)``: the mean over kept tokens (0 when none is kept).
+    - loss = ``-sum(w * obj * keep) / sum(mask)``: dropped tokens count as zeros in a mean over every token of the
+      loss mask, as AReaL's ``ppo_actor_loss_fn`` normalises (by the loss mask's count, not by the kept tokens:
+      dropping tokens shrinks the step instead of scaling the rest up by ``1 / (1 - dropped fraction)``); 0 when
+      the mask is empty.
 
     Returns ``(loss, stats)``: ``dropped_frac`` (masked tokens dropped by the cap), ``clip_frac`` (kept tokens
     whose clipped term was taken), ``dual_clip_frac``, ``kept_tokens``, ``mean_is_weight``, ``mean_ratio``.
@@ -236,7 +254,7 @@ def decoupled_ppo_loss(logp_theta: Any, logp_prox: Any, logp_behave: Any, advant
         obj = torch.where(adv < 0, torch.maximum(obj, floor), obj)
     keep_f = keep.to(obj.dtype)
     n_keep = keep_f.sum()
-    loss = -(w * obj * keep_f).sum() / n_keep.clamp(min=1.0)
+    loss = -(w * obj * keep_f).sum() / mask.sum().to(obj.dtype).clamp(min=1.0)
     clipped = ((adv > 0) & (ratio > 1.0 + clip)) | ((adv < 0) & (ratio < 1.0 - clip))
     n_mask = int(mask.sum())
     kept = int(n_keep)

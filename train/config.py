@@ -92,6 +92,10 @@ class TrainConfig:
     # FBC (WebGym): step selection over the runs given (oldest first).
     n_samples: int = 1800
     iterations_back: int = 4
+    # position (WebGym's): (position + 1) ** recency_bias_power over the chronological pool of eligible steps;
+    # iteration: recency ** age per iteration (see train.algorithms.fbc_select).
+    recency_weighting: str = "position"
+    recency_bias_power: float = 2.0
     recency: float = 0.5
     loss_weight: str = "uniform"  # uniform | recency (see train.algorithms.chosen_selector)
 
@@ -141,6 +145,8 @@ class TrainConfig:
         need(self.n_samples >= 1, "n_samples", "must be >= 1")
         need(self.iterations_back >= 1, "iterations_back", "must be >= 1")
         need(0 < self.recency <= 1, "recency", "must be in (0, 1]")
+        need(self.recency_weighting in ("position", "iteration"), "recency_weighting", "must be position or iteration")
+        need(self.recency_bias_power >= 0, "recency_bias_power", "must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-able), as stored beside the checkpoints."""

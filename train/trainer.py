@@ -19,7 +19,8 @@ decoder layer and vision block, then on the root). What one optimizer step does:
     ``logp_prox`` the model's log-probs at the start of the update (one ``no_grad`` pass over every sample
     before the first optimizer step), ``logp_behave`` the recorded behaviour log-probs (the proximal ones
     when none were recorded) and the sample's advantage (:func:`train.algorithms.grpo_advantages`); the mean
-    is over the kept tokens (those under the importance-weight cap), counted from prox and behave up front;
+    is over every target token of the step, tokens over the importance-weight cap counting as zeros (AReaL's
+    normalisation by the loss mask);
 - gradients clipped to ``max_grad_norm``, AdamW step, LR schedule step (linear warm-up, then cosine or
   constant).
 
@@ -295,7 +296,7 @@ def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | P
     out = SampleSet()
     if cfg.algorithm == "fbc":
         chosen = fbc_select([records for _, records in iterations], cfg.iterations_back, cfg.recency,
-                            cfg.n_samples, cfg.seed)
+                            cfg.n_samples, cfg.seed, cfg.recency_weighting, cfg.recency_bias_power)
         select = chosen_selector(chosen, cfg.loss_weight)
         for index, (run_dir, records) in enumerate(iterations):
             samples_from_records(proc, records, run_dir, index, select=select,
@@ -412,7 +413,8 @@ class Trainer:
 
     def compute_proximal(self) -> None:
         """``logp_prox`` of every sample's target tokens under the current weights (no grad), and each sample's
-        kept-token count under the importance-weight cap. Ranks split the work and share the results."""
+        kept-token count under the importance-weight cap (for the statistics). Ranks split the work and share the
+        results."""
         import torch
         import torch.distributed as dist
 
@@ -450,13 +452,13 @@ class Trainer:
     # ------------------------------------------------------------------ one step
 
     def _denominator(self, micro: list[list[int]]) -> float:
-        """The whole step's token count (all ranks): weighted target tokens (fbc) or kept tokens (grpo)."""
+        """The whole step's token count (all ranks): weighted target tokens (fbc) or target tokens, the loss mask,
+        kept or dropped (grpo: AReaL's normalisation, see decoupled_ppo_loss)."""
         idx = [i for mb in micro for i in mb]
         if self.cfg.algorithm == "fbc":
             total = sum(self.samples[i].weight * len(self.samples[i].target_ids) for i in idx)
         else:
-            assert self.kept is not None
-            total = sum(self.kept[i] for i in idx)
+            total = sum(len(self.samples[i].target_ids) for i in idx)
         return max(float(total), 1e-8)
 
     def micro_loss(self, idx: list[int], denominator: float) -> tuple[Any, dict[str, float]]:
@@ -493,7 +495,7 @@ class Trainer:
         mean, ppo = decoupled_ppo_loss(logp, prox, behave, adv, mask, clip=self.cfg.clip,
                                        dual_clip=self.cfg.dual_clip, is_cap=self.cfg.is_cap)
         kept = ppo["kept_tokens"]
-        loss = mean * kept / denominator  # back to a sum over this micro-batch's kept tokens
+        loss = mean * n / denominator  # back to a sum over this micro-batch's loss-mask tokens
         stats.update(kept_tokens=kept, clip_sum=ppo["clip_frac"] * kept, dual_sum=ppo["dual_clip_frac"] * kept,
                      dropped=float(n - kept), is_w_sum=(ppo["mean_is_weight"] * kept) if kept else 0.0,
                      ratio_sum=(ppo["mean_ratio"] * kept) if kept else 0.0,
