@@ -37,9 +37,8 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-import psutil
 
-from bench.ceiling import CLICK, PAGES
+from bench.ceiling import CLICK, PAGES, stack_cpu
 from browserpool.config import WorkerConfig
 from browserpool.memory import pss_bytes, tree_pss_bytes
 from engine.config import RunConfig
@@ -121,22 +120,10 @@ async def _engine_slot(core: EngineCore, tasks: list[Task], k: int, win: Window,
             await warm.wait()
 
 
-def _cpu_seconds() -> dict[str, float]:
-    """CPU time so far of this process and its descendants, by kind: engine (this process), workers (their
-    Python), chromium, other (the site server...)."""
-    out: dict[str, float] = defaultdict(float)
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            name = proc.name()
-            cmd = " ".join(proc.cmdline()[:4])
-        except psutil.Error:
-            continue
-        kind = ("engine" if proc.pid == me.pid else "chromium" if "chrom" in name or "headless" in name
-                else "workers" if "browserpool.worker" in cmd else "other")
-        out[kind] += t.user + t.system
-    return dict(out)
+def _cpu_seconds(core: EngineCore) -> dict[str, float]:
+    """CPU time so far of what serves the leases: this process (the engine and the in-process clients) and the
+    browser workers' stacks (their Python, Playwright drivers and Chromium; ``bench.ceiling.stack_cpu``)."""
+    return {**stack_cpu(core.pool), "engine": time.process_time()}
 
 
 def _serving_pss_mib(core: EngineCore) -> float:
@@ -166,23 +153,22 @@ async def _side(side: str, core: EngineCore, server: BrowserServer, base: str, p
     ramp_s = time.monotonic() - t_ramp
     warm.set()
     win.open = True
-    t0, c0, s0, cpu0 = time.monotonic(), time.process_time(), core.stats.steps, _cpu_seconds()
+    t0, s0, cpu0 = time.monotonic(), core.stats.steps, _cpu_seconds(core)
     await asyncio.sleep(seconds / 2)
     pss_mib = await asyncio.to_thread(_serving_pss_mib, core)
     await asyncio.sleep(seconds / 2)
     win.open = False
-    dt, cpu, cpu1 = time.monotonic() - t0, time.process_time() - c0, _cpu_seconds()
+    dt, cpu1 = time.monotonic() - t0, _cpu_seconds(core)
     if side == "engine":
         win.steps = core.stats.steps - s0  # every step as it ends (only this side's rollouts run now)
     stop.set()
     await asyncio.gather(*jobs)
+    # Where the CPU went, per step (ms), and the share of all cores that serving the leases took.
+    cpu_ms = {k: round(1000 * (cpu1[k] - cpu0.get(k, 0.0)) / max(1, win.steps), 2) for k in sorted(cpu1)}
     row: dict[str, Any] = {"side": side, "clients": n, "steps_per_s": round(win.steps / dt, 2),
-                           "engine_cpu_ms_per_step": round(1000 * cpu / max(1, win.steps), 2),
+                           "engine_cpu_ms_per_step": cpu_ms["engine"],
                            "pss_mib_per_slot": round(pss_mib / n, 1), "pss_mib_total": round(pss_mib),
-                           "ramp_s": round(ramp_s, 1),
-                           # Where the machine's CPU went, per step (ms) and as a share of all cores.
-                           "cpu_ms_per_step": {k: round(1000 * (cpu1.get(k, 0) - cpu0.get(k, 0)) / max(1, win.steps), 2)
-                                               for k in sorted(cpu1)},
+                           "ramp_s": round(ramp_s, 1), "cpu_ms_per_step": cpu_ms,
                            "cpu_busy_fraction": round((sum(cpu1.values()) - sum(cpu0.values())) / dt
                                                       / (os.cpu_count() or 1), 3)}
     row["latency_ms"] = {name: {"p50": round(float(np.percentile(v, 50)), 1),

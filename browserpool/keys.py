@@ -73,6 +73,17 @@ def key_for_name(name: str) -> KeyDef:
     raise ValueError(f"unknown key {name!r}")
 
 
+# Every key and modifier name parse_combo knows, by its lowercase spelling (aliases to their key).
+_BY_LOWER = {**{n.lower(): n for n in [*_NAMED, *MODIFIER_BITS, *(f"F{i}" for i in range(1, 13))]},
+             **{a.lower(): key for a, key in _ALIASES.items()}}
+
+
+def canonical_key_name(name: str) -> str:
+    """A key or modifier name as :func:`parse_combo` spells it, matched case-insensitively ("enter", "ESC",
+    "ctrl", "arrowdown"); any other name (a character, an unknown key) as given."""
+    return _BY_LOWER.get(name.lower()) or _BY_LOWER.get(name.strip().lower()) or name
+
+
 def parse_combo(combo: str) -> tuple[int, KeyDef]:
     """Parse "Control+A" / "Shift+Tab" into (modifier bits, key)."""
     parts = [p for p in combo.split("+") if p] if combo != "+" else ["+"]

@@ -363,9 +363,8 @@ class EpisodePage:
 
     async def screenshot(self, fmt: str = "jpeg") -> bytes:
         """The viewport as JPEG bytes (CDP, no re-encoding); ``fmt`` png only for clients that ask for PNG."""
-        params: dict[str, Any] = {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True}
-        if fmt == "png":
-            params = {"format": "png", "optimizeForSpeed": True}
+        params: dict[str, Any] = ({"format": "png", "optimizeForSpeed": True} if fmt == "png" else
+                                  {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True})
         try:
             res = await asyncio.wait_for(self.cdp.send("Page.captureScreenshot", params),
                                          self.cfg.screenshot_timeout_s)

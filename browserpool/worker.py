@@ -268,7 +268,8 @@ class BrowserWorker:
                 action = P.BrowserAction.from_wire(args["action"])
                 return await self._observe(ep, *await ep.page.perform(action), shot=bool(args.get("shot", True)))
             if op == "observe":
-                return await self._observe(ep, *await ep.page.settled(), None, som=bool(args.get("som", ep.som)),
+                som = args.get("som")  # None: the episode's mode
+                return await self._observe(ep, *await ep.page.settled(), None, som=None if som is None else bool(som),
                                            fmt=_image_format(args.get("format")))
             if op == "locate":
                 return await ep.page.locate(args["selector"])

@@ -25,7 +25,7 @@ from aiohttp import web
 from browserpool.pool import BrowserOpError, WorkerLost
 from browserpool.protocol import ERR_BROWSER, ERR_HUNG, ERR_NO_EPISODE
 from engine.core import EngineCore
-from server.commands import COMMANDS, CommandError, action_record, decode_args, note_observation
+from server.commands import COMMANDS, CommandError, action_record, capture, decode_args
 from server.leases import Lease, LeaseError, LeaseTable
 
 log = logging.getLogger("webgym_engine.server")
@@ -164,18 +164,7 @@ class BrowserServer:
         if fmt not in _FORMATS:
             raise LeaseError(400, f"format must be jpeg or png, not {fmt[:20]!r}")
 
-        async def shoot() -> bytes:
-            await lease.ready()
-            obs, frame = await lease.session.observe(som=som, fmt=fmt)
-            with frame:
-                image = bytes(frame.view)
-            if not image:
-                raise CommandError("the browser returned no screenshot")
-            note_observation(lease, obs.url, obs.title, obs.elements if som else None)
-            lease.recorder.screenshot(image, obs.url, obs.title, fmt)
-            return image
-
-        image = await self._on_lease(lease, shoot)
+        image = await self._on_lease(lease, lambda: capture(lease, som, fmt))
         return web.Response(body=image, content_type=_FORMATS[fmt])
 
     async def execute(self, request: web.Request) -> web.Response:

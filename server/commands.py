@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from browserpool.keys import MODIFIER_BITS, canonical_key_name
 from browserpool.page_scripts import SOM_FN
 from browserpool.protocol import BrowserAction
 from server.leases import Lease, LeaseError
@@ -24,16 +25,12 @@ from server.page_info import PAGE_METADATA_JS, interactive_regions, page_text_js
 SUCCESS = {"status": "success"}
 SLEEP_CAP_S = 60.0  # the longest `sleep` a client may ask for
 MAX_TEXT_CHARS = 100_000  # the longest text a fill command may type
-# The original's names for keys (case-insensitive) and the engine's.
-_KEY_NAMES = {"enter": "Enter", "return": "Enter", "esc": "Escape", "escape": "Escape", "tab": "Tab",
-              "space": "Space", "backspace": "Backspace", "delete": "Delete", "arrowup": "ArrowUp",
-              "arrowdown": "ArrowDown", "arrowleft": "ArrowLeft", "arrowright": "ArrowRight", "pageup": "PageUp",
-              "pagedown": "PageDown", "home": "Home", "end": "End", "up": "ArrowUp", "down": "ArrowDown",
-              "left": "ArrowLeft", "right": "ArrowRight"}
-_MODIFIERS = {"ctrl": "Control", "control": "Control", "alt": "Alt", "option": "Alt", "shift": "Shift",
-              "cmd": "Meta", "command": "Meta", "win": "Meta", "super": "Meta", "meta": "Meta"}
+MAX_TEXT_LINES = 100_000  # the most lines get_webpage_text may ask for
+# The original's names for modifiers that the engine's key names do not have (the rest match case-insensitively).
+_MODIFIER_ALIASES = {"option": "Alt", "cmd": "Meta", "command": "Meta", "win": "Meta", "super": "Meta"}
 
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)]
+Direction = Literal["up", "down"]
 
 
 # --- argument structs (one per argument shape; unknown arguments are refused) -------------------------------
@@ -63,7 +60,7 @@ class Fill(_Args):
 
 
 class Scroll(_Args):
-    amount: int = 200
+    amount: Annotated[int, msgspec.Meta(gt=0)] = 200
     full_page: bool = False
 
 
@@ -81,12 +78,12 @@ class FillId(_Args):
 class HoverScroll(_Args):
     x: float
     y: float
-    direction: str = "down"
+    direction: Direction = "down"
 
 
 class ScrollId(_Args):
     id: str | int
-    direction: str = "down"
+    direction: Direction = "down"
 
 
 class SelectOption(_Args):
@@ -95,7 +92,7 @@ class SelectOption(_Args):
 
 
 class Sleep(_Args):
-    duration: float = 1.0
+    duration: Annotated[float, msgspec.Meta(ge=0, le=SLEEP_CAP_S)] = 1.0
 
 
 class KeyPress(_Args):
@@ -103,7 +100,7 @@ class KeyPress(_Args):
 
 
 class PageText(_Args):
-    n_lines: int = 100
+    n_lines: Annotated[int, msgspec.Meta(ge=0, le=MAX_TEXT_LINES)] = 100
 
 
 class Shot(_Args):
@@ -161,13 +158,8 @@ def _combo(keys: list[str]) -> str:
     the modifiers held for each of the other keys in turn."""
     mods, others = [], []
     for k in keys:
-        low = k.strip().lower()
-        if low in _MODIFIERS:
-            mods.append(_MODIFIERS[low])
-        elif low == "/":
-            others.append("/")
-        elif k:
-            others.append(_KEY_NAMES.get(low, k if len(k) == 1 else k[:1].upper() + k[1:]))
+        name = _MODIFIER_ALIASES.get(k.strip().lower()) or canonical_key_name(k)
+        (mods if name in MODIFIER_BITS else others).append(name)
     if not others:
         raise CommandError(f"keypress needs a key besides modifiers: {keys!r}"[:200])
     return " ".join("+".join([*mods, key]) for key in others)
@@ -198,8 +190,6 @@ def _scroller(direction: str) -> Callable[[Lease, Scroll], Awaitable[dict[str, A
     async def scroll(lease: Lease, a: Scroll) -> dict[str, Any]:
         # As the original: the wheel at (10, 10), by the viewport's height less 50 px with full_page.
         amount = lease.session.pool.cfg.worker.viewport_height - 50 if a.full_page else a.amount
-        if amount <= 0:
-            raise LeaseError(400, f"Invalid arguments: amount must be positive, not {amount}")
         return await _act(lease, BrowserAction("scroll", x=10, y=10, direction=direction, amount=amount))
     return scroll
 
@@ -225,8 +215,6 @@ async def fill_id(lease: Lease, a: FillId) -> dict[str, Any]:
 
 
 async def hover_and_scroll_coords(lease: Lease, a: HoverScroll) -> dict[str, Any]:
-    if a.direction not in ("up", "down"):
-        raise LeaseError(400, f"Invalid arguments: direction must be up or down, not {a.direction[:20]!r}")
     await _act(lease, BrowserAction("hover", x=a.x, y=a.y))
     # The scrollable under the point (else the page) by 80% of the viewport, as the original's default.
     amount = int(0.8 * lease.session.pool.cfg.worker.viewport_height)
@@ -234,8 +222,6 @@ async def hover_and_scroll_coords(lease: Lease, a: HoverScroll) -> dict[str, Any
 
 
 async def scroll_id(lease: Lease, a: ScrollId) -> dict[str, Any]:
-    if a.direction not in ("up", "down"):
-        raise LeaseError(400, f"Invalid arguments: direction must be up or down, not {a.direction[:20]!r}")
     _id, _tag, _text, x, y, w, h = lease.element(a.id)
     return await _act(lease, BrowserAction("scroll", x=x + w / 2, y=y + h / 2, direction=a.direction,
                                            amount=max(1, int(h))))
@@ -257,9 +243,7 @@ async def tab_and_enter(lease: Lease, _a: NoArgs) -> dict[str, Any]:
 
 
 async def sleep(lease: Lease, a: Sleep) -> dict[str, Any]:
-    # The client's own wait (AsyncWebRL's `wait` action): asked for, so honoured, within a cap.
-    if not 0 <= a.duration <= SLEEP_CAP_S:
-        raise LeaseError(400, f"Invalid arguments: duration must be between 0 and {SLEEP_CAP_S:g} s")
+    # The client's own wait (AsyncWebRL's `wait` action): asked for, so honoured, within a cap (Sleep).
     await asyncio.sleep(a.duration)
     lease.result = {"url": lease.url, "title": lease.title, "settle": "skipped"}
     return SUCCESS
@@ -271,8 +255,6 @@ async def get_page_metadata(lease: Lease, _a: NoArgs) -> dict[str, Any]:
 
 
 async def get_webpage_text(lease: Lease, a: PageText) -> dict[str, Any]:
-    if not 0 <= a.n_lines <= 100_000:
-        raise LeaseError(400, "Invalid arguments: n_lines must be between 0 and 100000")
     value = await _evaluate(lease, page_text_js(a.n_lines))
     return value if isinstance(value, dict) else {"text": ""}
 
@@ -291,19 +273,25 @@ async def get_screenshot_info(lease: Lease, _a: NoArgs) -> dict[str, Any]:
 
 
 async def screenshot(lease: Lease, a: Shot) -> dict[str, Any]:
-    await lease.ready()
-    obs, frame = await lease.session.observe(som=a.interaction_mode == "set_of_marks")
-    frame.release()
-    note_observation(lease, obs.url, obs.title, obs.elements)
+    await capture(lease, a.interaction_mode == "set_of_marks")
     return {"status": "screenshot_taken"}
 
 
-def note_observation(lease: Lease, url: str, title: str, elements: list[list[Any]] | None) -> None:
-    """What a screenshot tells the lease: where the page is, and (set_of_marks) its numbered elements. A pass that
-    found no element leaves the last info in place, as the original's does."""
-    lease.url, lease.title = url, title
-    if elements:
-        lease.elements = lease.som_elements = elements
+async def capture(lease: Lease, som: bool, fmt: str = "jpeg") -> bytes:
+    """A screenshot of the lease's page now (``/screenshot`` and the ``screenshot`` command). It tells the lease
+    where the page is and, with ``som``, its numbered elements (a pass that found none leaves the last ones in
+    place, as the original's does); the lease's record keeps it."""
+    await lease.ready()
+    obs, frame = await lease.session.observe(som=som, fmt=fmt)
+    with frame:
+        image = bytes(frame.view)
+    if not image:
+        raise CommandError("the browser returned no screenshot")
+    lease.url, lease.title = obs.url, obs.title
+    if som and obs.elements:
+        lease.elements = lease.som_elements = obs.elements
+    lease.recorder.screenshot(image, obs.url, obs.title, fmt)
+    return image
 
 
 COMMANDS: dict[str, Command] = {

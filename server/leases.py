@@ -10,7 +10,6 @@ one gets a clear "expired" or "lost" answer instead of "unknown".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 import uuid
@@ -139,9 +138,9 @@ class LeaseTable:
         if node != lease.node:
             raise LeaseError(400, f"Node {node[:200]} is not found" if not self._known_node(node)
                              else f"Instance {instance_id[:80]} is not on node {node[:200]}")
-        if not lease.session.handle.alive:
-            self._forget(lease, "was lost: its browser worker died")
-            lease.recorder.end({"kind": "worker_lost", "message": "the browser worker serving the lease died"})
+        if not lease.session.handle.alive:  # nothing to give back: the worker and the context are gone
+            self._end(lease, {"kind": "worker_lost", "message": "the browser worker serving the lease died"},
+                      "was lost: its browser worker died")
             raise LeaseError(410, f"Instance {instance_id[:80]} was lost: its browser worker died; lease a new one "
                                   "with /get")
         lease.last_used = time.monotonic()
@@ -149,11 +148,8 @@ class LeaseTable:
 
     async def release(self, lease: Lease, error: RecordError | None = None, why: str = "was released") -> None:
         """End a lease: its context goes back to the pool (state cleared) and its record is written."""
-        if self.leases.get(lease.instance_id) is not lease:
-            return
-        self._forget(lease, why)
-        await lease.session.close()
-        lease.recorder.end(error)
+        if self._end(lease, error, why):
+            await lease.session.close()
 
     async def lost(self, lease: Lease, message: str) -> None:
         """The lease's browser failed under a command (its worker died, its page hung and was discarded)."""
@@ -173,10 +169,9 @@ class LeaseTable:
             for lease in list(self.leases.values()):
                 if not lease.lock.locked() and now - lease.last_used >= lease.lifetime_s:
                     mins = lease.lifetime_s / 60
-                    with contextlib.suppress(PoolError):
-                        await self.release(lease, {"kind": "lease_expired",
-                                                   "message": f"unused for its lifetime of {mins:g} min"},
-                                           f"expired (unused for its lifetime of {mins:g} min)")
+                    await self.release(lease, {"kind": "lease_expired",
+                                               "message": f"unused for its lifetime of {mins:g} min"},
+                                       f"expired (unused for its lifetime of {mins:g} min)")
 
     # --- reporting --------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -200,8 +195,14 @@ class LeaseTable:
     def _known_node(self, node: str) -> bool:
         return node in self.pool.workers or any(lease.node == node for lease in self.leases.values())
 
-    def _forget(self, lease: Lease, why: str) -> None:
-        self.leases.pop(lease.instance_id, None)
+    def _end(self, lease: Lease, error: RecordError | None, why: str) -> bool:
+        """Take the lease out of the table (remembering ``why`` for late requests) and write its record; False
+        when it had ended already."""
+        if self.leases.get(lease.instance_id) is not lease:
+            return False
+        del self.leases[lease.instance_id]
         self._ended[lease.instance_id] = why
         while len(self._ended) > ENDED_MEMORY:
             self._ended.popitem(last=False)
+        lease.recorder.end(error)
+        return True

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from engine.core import EngineCore
-from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, StepRecord
+from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_url
 from engine.rollout import EpisodeStatus, Op, State
 from engine.store import episode_key
@@ -57,24 +57,14 @@ class LeaseRecorder:
     def step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
              error: str | None = None) -> None:
         """One action command ran (or was refused: ``error``)."""
-        step: StepRecord = {
-            "step": len(self.steps), "url": mask_url(self.url), "title": self.title, "screenshot": self.frame_path,
-            "settled": True, "action": action, "action_text": text, "reply": text, "thought": None,
-            "parse_error": None, "policy_version": None, "timings_ms": timings_ms}
-        if error is not None:
-            step["error"] = error
-        else:
-            step["result"] = {"url": mask_url(str(result.get("url", ""))), "title": str(result.get("title", "")),
-                              "settle": str(result.get("settle", ""))}
-            if result.get("point") is not None:
-                step["point"] = list(result["point"])
-            self._page(str(result.get("url", "")), str(result.get("title", "")))
         if self.record:
-            self.steps.append(step)
+            self.steps.append(self._step(action, text, timings_ms, result, error))
+        if error is None:
+            self._page(str(result.get("url", "")), str(result.get("title", "")))
         stats = self.core.stats
         stats.record_step(timings_ms.get("step_ms", 0.0))
         stats.record_step_phases(timings_ms)
-        self.status.step = len(self.steps) if self.record else self.status.step + 1
+        self.status.step += 1
         self.status.action, self.status.step_timings_ms = text, timings_ms
         self._set(State.RUNNING, Op.EXECUTE)
 
@@ -89,14 +79,30 @@ class LeaseRecorder:
         if self.ended:
             return
         self.ended = True
-        status = "error" if error is not None else "failure"
+        status: RecordStatus = "error" if error is not None else "failure"
         if self.record:
-            self.core.store.append(self._record(error))
+            self.core.store.append(self._record(status, error))
         self.core.stats.record_episode(status)
         self.status.error = error["kind"] if error is not None else ""
         self._set(State.FAILED if error is not None else State.FINISHED)
 
     # --- internals ------------------------------------------------------------------------------------
+    def _step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
+              error: str | None) -> StepRecord:
+        """The step's record: the page the command acted on (the client's last screenshot) and what it did."""
+        step: StepRecord = {
+            "step": len(self.steps), "url": mask_url(self.url), "title": self.title, "screenshot": self.frame_path,
+            "settled": True, "action": action, "action_text": text, "reply": text, "thought": None,
+            "parse_error": None, "policy_version": None, "timings_ms": timings_ms}
+        if error is not None:
+            step["error"] = error
+            return step
+        step["result"] = {"url": mask_url(str(result.get("url", ""))), "title": str(result.get("title", "")),
+                          "settle": str(result.get("settle", ""))}
+        if result.get("point") is not None:
+            step["point"] = list(result["point"])
+        return step
+
     def _page(self, url: str, title: str) -> None:
         self.url, self.title = url, title
         if not self.first_url and url and url != "about:blank":
@@ -110,13 +116,13 @@ class LeaseRecorder:
             self.core.stats.move(old.value, state.value)
         self.core.publish_status(self.status)
 
-    def _record(self, error: RecordError | None) -> EpisodeRecord:
+    def _record(self, status: RecordStatus, error: RecordError | None) -> EpisodeRecord:
         return {
             "format_version": FORMAT_VERSION, "episode_id": self.episode_id, "sample": 0,
             "task": {"task_id": self.task_id, "task_name": self.status.task,
                      "website": mask_url(self.first_url or "about:blank")},
             "policy": POLICY_NAME, "system_prompt": None, "mode": "server", "worker": self.worker,
-            "status": "error" if error is not None else "failure",
+            "status": status,
             # A lease has no task to check: the client computes its own reward.
             "reward": None if error is not None else {"value": None, "source": "none",
                                                       "reason": "a browser lease: its client rewards it"},

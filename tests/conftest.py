@@ -147,3 +147,23 @@ def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:
     path = tmp_path / "subset.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in chosen) + "\n")
     return path
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def engine_run(tmp_path_factory: pytest.TempPathFactory, site_server: str) -> Path:
+    """One run written by the engine for the tests that read runs (records, the viewer): the :func:`subset`'s tasks
+    (two per site) solved by the scripted policy (successes), then the same run resumed with the random policy for
+    three more episodes (failures, scrolls, typing). Shared: copy it (``shutil.copytree``) before changing it."""
+    from engine.config import RunConfig
+    from engine.runner import run
+    from policy.registry import make_policy
+
+    tmp = tmp_path_factory.mktemp("engine-run")
+    tasks = subset(tmp, per_site=2, max_len=8)
+    n = len(tasks.read_text().splitlines())
+    cfg: dict[str, Any] = dict(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=4, workers=1,
+                               telemetry=None)
+    _, run_dir = await run(RunConfig(**cfg), make_policy("scripted"), site_server)
+    await run(RunConfig(**cfg, run_dir=str(run_dir), episodes=n + 3, seed=5), make_policy("random", seed=5),
+              site_server)
+    return Path(run_dir)

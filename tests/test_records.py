@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from engine.config import RunConfig
 from engine.judging import JudgeQueue
 from engine.records import (
     FORMAT_VERSION,
@@ -25,12 +23,8 @@ from engine.records import (
     decode_record,
 )
 from engine.rewards import FactVerdict, Reward
-from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import RunStore, read_records
 from engine.tasks import parse_task
-from policy.registry import make_policy
-from tests.conftest import subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -40,11 +34,6 @@ STEP_ALWAYS = {"step", "url", "title", "screenshot", "settled", "action", "actio
                "parse_error", "policy_version", "timings_ms"}
 STEP_IF_ACTED = {"point", "note", "page_changed", "result"}
 
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 class _Judge:
@@ -57,16 +46,10 @@ class _Judge:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def real_run(tmp_path_factory: pytest.TempPathFactory, sites: str) -> Path:
-    """A run written by the engine: scripted episodes (successes), then random ones (failures), and a judge
-    verdict appended by the judge queue for one of them."""
-    tmp = tmp_path_factory.mktemp("records")
-    tasks = subset(tmp, per_site=1, max_len=4)
-    n = len(tasks.read_text().splitlines())
-    cfg = dict(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=4, workers=1, telemetry=None)
-    _, run_dir = await run(RunConfig(**cfg), make_policy("scripted"), sites)  # type: ignore[arg-type]
-    await run(RunConfig(**cfg, run_dir=str(run_dir), episodes=n + 2, seed=3),  # type: ignore[arg-type]
-              make_policy("random", seed=3), sites)
+async def real_run(tmp_path_factory: pytest.TempPathFactory, engine_run: Path) -> Path:
+    """A run written by the engine (a copy of ``engine_run``: scripted successes, random failures), and a judge
+    verdict appended by the judge queue for one of its episodes."""
+    run_dir = Path(shutil.copytree(engine_run, tmp_path_factory.mktemp("records") / "run"))
     record = read_records(run_dir)[-1]
     store = RunStore(run_dir)
     try:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,7 @@ from click.testing import CliRunner
 from playwright.async_api import Browser, Page, async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
-from engine.config import RunConfig
-from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
-from policy.registry import make_policy
-from tests.conftest import subset
 from viewer.cli import serve, view
 from viewer.report import CHUNK, build_report, index_row, summarize
 from viewer.screenshot import export_screenshots
@@ -36,23 +31,12 @@ MARKED = ("left_click", "type", "hover", "select")  # actions drawn as a circle 
 SOM_ELEMENTS = [[1, "a", "Home", 10, 20, 100, 30], [2, "button", "Search", 640, 400, 80, 24]]  # CSS px
 
 
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
-
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def real_run(tmp_path_factory: pytest.TempPathFactory, sites: str) -> Path:
+async def real_run(tmp_path_factory: pytest.TempPathFactory, engine_run: Path) -> Path:
     """A real run: scripted episodes (successes), then the same run resumed with the random policy for a few
     more (failures, scrolls, typing), plus two records edited into an error and a judge-pending one."""
-    tmp = tmp_path_factory.mktemp("viewer")
-    tasks = subset(tmp, per_site=2, max_len=8)
-    n = len(tasks.read_text().splitlines())
-    cfg = dict(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=4, workers=1, telemetry=None)
-    _, run_dir = await run(RunConfig(**cfg), make_policy("scripted"), sites)  # type: ignore[arg-type]
-    await run(RunConfig(**cfg, run_dir=str(run_dir), episodes=n + 3, seed=5),  # type: ignore[arg-type]
-              make_policy("random", seed=5), sites)
+    run_dir = Path(shutil.copytree(engine_run, tmp_path_factory.mktemp("viewer") / "run"))
     # What these policies never produce, edited into copies of real records (real steps and screenshots):
     # an error with a parse error and SoM elements, a pending judgement, and a judged episode with evidence.
     records = read_records(run_dir)

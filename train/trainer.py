@@ -375,7 +375,6 @@ class Trainer:
         self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
         self.scheduler = make_scheduler(self.optimizer, cfg, self.total_steps)
         self.prox: list[list[float]] | None = None
-        self.kept: list[int] | None = None
         self.out_dir = Path(cfg.output_dir)
         self.metrics_path = self.out_dir / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
@@ -412,9 +411,8 @@ class Trainer:
     # ------------------------------------------------------------------ GRPO's proximal log-probs
 
     def compute_proximal(self) -> None:
-        """``logp_prox`` of every sample's target tokens under the current weights (no grad), and each sample's
-        kept-token count under the importance-weight cap (for the statistics). Ranks split the work and share the
-        results."""
+        """``logp_prox`` of every sample's target tokens under the current weights (no grad). Ranks split the work
+        and share the results."""
         import torch
         import torch.distributed as dist
 
@@ -441,13 +439,6 @@ class Trainer:
             for part in gathered:
                 prox.update(part)
         self.prox = [prox[i] for i in range(len(self.samples))]
-        self.kept = []
-        for s, p in zip(self.samples, self.prox, strict=True):
-            if self.cfg.is_cap is None:
-                self.kept.append(len(p))
-                continue
-            behave = s.behaviour_logprobs if s.behaviour_logprobs is not None else p
-            self.kept.append(sum(math.exp(a - b) <= self.cfg.is_cap for a, b in zip(p, behave, strict=True)))
 
     # ------------------------------------------------------------------ one step
 
