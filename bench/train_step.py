@@ -91,7 +91,7 @@ def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmu
     """Mean seconds per training step (after ``warmup`` steps) and the peak GPU memory in GiB."""
     import torch
 
-    from train.trainer import label_logprobs
+    from train.logprobs import label_logprobs
 
     params = [p for p in model.parameters() if p.requires_grad]
     fused = device.type == "cuda"
@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from transformers import Qwen2_5_VLForConditionalGeneration
 
+    from train.model_io import set_checkpointing
     from train.samples import model_wants_mm_token_types
-    from train.trainer import set_checkpointing
 
     width, height = (int(x) for x in args.image_size.lower().split("x"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

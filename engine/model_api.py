@@ -44,16 +44,35 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
 
+#: What :attr:`Generation.logprobs_of` may say, i.e. under which distribution a reply's log-probs were taken
+#: (``logits`` the model's scores at a step, vision placeholders suppressed, ``T`` the request's
+#: :attr:`SamplingParams.temperature`):
+#:
+#: - ``"model"``: ``log_softmax(logits)``, the model's own distribution before temperature, top-k and top-p
+#:   (the ``hf`` backend's default, vLLM's ``raw_logprobs``, SGLang with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``);
+#: - ``"temperature"``: ``log_softmax(logits / T)``, before top-k and top-p (SGLang's default);
+#: - ``"sampler"``: the distribution sampled from, after truncation as well (vLLM's ``processed_logprobs``):
+#:   the trainer can reproduce it only when ``T`` is 1 and there was no top-k or top-p.
+#:
+#: ``None`` (the backend does not say) is not one of them: such log-probs cannot be compared with the trainer's.
+LOGPROBS_KINDS: tuple[str, ...] = ("model", "temperature", "sampler")
+
+#: The kinds the trainer reproduces whatever the sampling settings (with ``T`` known for ``"temperature"``).
+COMPARABLE_LOGPROBS: tuple[str, ...] = ("model", "temperature")
+
+
 @dataclass(slots=True)
 class Generation:
-    """One reply, with what training needs where the backend provides it."""
+    """One reply, with what training needs where the backend provides it.
+
+    ``logprobs_of`` names the distribution of ``logprobs`` (see :data:`LOGPROBS_KINDS`); it stays a plain
+    string so that a backend may report what its server says as it is.
+    """
 
     text: str
     token_ids: list[int] | None = None  # the generated tokens (not the prompt)
     logprobs: list[float] | None = None  # one per generated token (``logprobs_of`` says under which distribution)
-    # "model": the model's own distribution (before temperature, top-k and top-p), the one the trainer computes,
-    # so behaviour and proximal log-probs are comparable; "sampler": after them; None: the backend does not say.
-    logprobs_of: str | None = None
+    logprobs_of: str | None = None  # one of LOGPROBS_KINDS, or None: the backend does not say
     prompt_tokens: int | None = None
     finish_reason: str | None = None  # stop | length | ...
     # sha256 of the prompt token ids as little-endian int32 (policy.prompting.prompt_sha256): training checks

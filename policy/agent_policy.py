@@ -11,8 +11,27 @@ from typing import Any
 from engine.agent.coords import CoordFrame
 from engine.agent.prompts import AgentConfig
 from engine.agent.protocol import AgentProtocol
-from engine.model_api import ChatRequest, LanguageModel, SamplingParams
+from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
 from engine.policy_api import Policy, PolicyReply, PolicyRequest, StepView
+
+
+def generation_details(gen: Generation, sampling: SamplingParams) -> dict[str, Any]:
+    """The generation facts a step records in ``parsed``, besides the parsed reply.
+
+    ``logprobs_of`` always (None: the backend does not say). Training needs the sampling settings to take log-probs
+    under the same distribution: ``logprobs_temperature`` (the request's temperature) with ``"temperature"``
+    log-probs, and ``logprobs_sampling`` (temperature, top_p, top_k) with ``"sampler"`` ones, which the trainer
+    can reproduce only when nothing was truncated.
+    """
+    details: dict[str, Any] = {"finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
+                               "prompt_sha256": gen.prompt_sha256, "model_timings_ms": gen.timings_ms,
+                               "logprobs_of": gen.logprobs_of}
+    if gen.logprobs_of == "temperature":
+        details["logprobs_temperature"] = sampling.temperature
+    elif gen.logprobs_of == "sampler":
+        details["logprobs_sampling"] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                        "top_k": sampling.top_k}
+    return details
 
 
 class AgentPolicy(Policy):
@@ -54,9 +73,7 @@ class AgentPolicy(Policy):
         gen = await self.model.generate(ChatRequest(f"{request.episode_id}/{request.step}", messages, images,
                                                     self.sampling))
         read = self.protocol.read(gen.text, view)
-        details = {**read.details, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
-                   "prompt_sha256": gen.prompt_sha256, "model_timings_ms": gen.timings_ms,
-                   "logprobs_of": gen.logprobs_of}
+        details = {**read.details, **generation_details(gen, self.sampling)}
         return PolicyReply(read.action, text=gen.text, thought=read.thought, parse_error=read.parse_error,
                            token_ids=gen.token_ids, logprobs=gen.logprobs,
                            policy_version=gen.policy_version if gen.policy_version is not None

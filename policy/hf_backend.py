@@ -14,7 +14,10 @@ repetition penalties are not applied). Each generated token's log-probability is
 distribution, before temperature, top-k and top-p (vision placeholders suppressed, as they are for sampling):
 the distribution the trainer computes, so that a token's behaviour and proximal log-probs are comparable and an
 update's importance weights are 1 before the weights move. ``Generation.logprobs_of`` is ``"model"`` (and the
-step record's ``parsed.logprobs_of`` says so). ``max_tokens`` may differ inside a batch: the
+step record's ``parsed.logprobs_of`` says so). With ``logprobs_of="temperature"`` they are taken after the
+temperature instead (``log_softmax(logits / T)``, still before top-k and top-p), as SGLang reports them by
+default, so that a test server can stand in for one; greedy requests (no temperature) record ``"model"`` all
+the same. ``max_tokens`` may differ inside a batch: the
 batch runs to the largest and each reply is cut at its own limit, which gives the same tokens as a
 shorter run (decoding is causal).
 
@@ -56,6 +59,9 @@ from policy.vision import ProcessedImage, VisionConfig, load_vision_config, stac
 
 log = logging.getLogger(__name__)
 
+#: The distributions this backend can take log-probs under (engine.model_api.LOGPROBS_KINDS).
+_RECORDABLE = ("model", "temperature")
+
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16", "half": "float16"}
 
@@ -87,7 +93,9 @@ class HFModel(LanguageModel):
     available). ``dtype``: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), ``"bfloat16"``, ``"float16"``,
     ``"float32"`` or a ``torch.dtype``. ``max_batch`` caps the requests per batch, ``batch_wait_ms`` how long
     the first request of a batch waits for company. ``attn_implementation`` goes to ``from_pretrained``
-    (``None``: transformers' default, SDPA).
+    (``None``: transformers' default, SDPA). ``logprobs_of``: the distribution the replies' log-probs are taken
+    under, ``"model"`` (the model's own) or ``"temperature"`` (after the request's temperature, SGLang's default;
+    see :data:`engine.model_api.LOGPROBS_KINDS`).
     """
 
     name = "hf"
@@ -101,9 +109,13 @@ class HFModel(LanguageModel):
         batch_wait_ms: float = 5.0,
         *,
         attn_implementation: str | None = None,
+        logprobs_of: str = "model",
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if logprobs_of not in _RECORDABLE:
+            raise ValueError(f"logprobs_of must be one of {', '.join(_RECORDABLE)}, not {logprobs_of!r}")
+        self.logprobs_of = logprobs_of
         self.model_dir = Path(model_dir)
         self.model_name = str(model_dir)
         self.device_spec = device
@@ -434,7 +446,11 @@ class HFModel(LanguageModel):
         if self._wants_mm_token_types:
             inputs["mm_token_type_ids"] = (input_ids == self.image_token_id).to(torch.int32).to(self.device)
 
-        recorder = _LogprobRecorder()
+        greedy = sampling.temperature <= 0
+        # One recorder per group: the group shares one temperature (it is part of the group key).
+        tempered = self.logprobs_of == "temperature" and not greedy
+        recorder = _LogprobRecorder(float(sampling.temperature) if tempered else 1.0)
+        logprobs_of = "temperature" if tempered else "model"
         processors = LogitsProcessorList()
         if self.vision_token_ids:
             from transformers import SuppressTokensLogitsProcessor
@@ -444,7 +460,6 @@ class HFModel(LanguageModel):
             processors.append(SuppressTokensLogitsProcessor(sorted(self.vision_token_ids), device=self.device))
         # The recorder sees the model's own distribution: before the warpers (the module docstring says why).
         processors.append(recorder)
-        greedy = sampling.temperature <= 0
         if not greedy:
             from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
@@ -490,7 +505,7 @@ class HFModel(LanguageModel):
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             results.append(Generation(
                 text=text, token_ids=tokens, logprobs=lps if item.request.sampling.logprobs else None,
-                logprobs_of="model" if item.request.sampling.logprobs else None,
+                logprobs_of=logprobs_of if item.request.sampling.logprobs else None,
                 prompt_tokens=len(item.input_ids), finish_reason=finish,
                 prompt_sha256=prompt_sha256(item.input_ids), policy_version=self.version,
                 timings_ms={"queue_ms": (start - item.enqueued) * 1000, "prep_ms": item.prep_ms,
@@ -509,14 +524,18 @@ def _dtype_kwarg(dtype: Any) -> dict[str, Any]:
 
 
 class _LogprobRecorder:
-    """A logits processor (before the warpers) that records the log-probability of each chosen token.
+    """A logits processor (before the warpers) that records the log-probability of each chosen token, under
+    ``log_softmax(scores / temperature)`` (1: the model's own distribution).
 
     It sees the final scores of step ``i``; the token chosen from them appears as the last column of
     ``input_ids`` at step ``i + 1`` (and in the output for the last step), so only one step's
     log-softmax is kept at a time instead of transformers' ``output_scores`` (steps x batch x vocab).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, temperature: float = 1.0) -> None:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, not {temperature}")
+        self.temperature = float(temperature)
         self._prev: Any = None  # log_softmax of the previous step's scores, (rows, vocab) float32
         self._out: list[Any] = []  # (rows,) per step
 
@@ -525,7 +544,10 @@ class _LogprobRecorder:
 
         if self._prev is not None:
             self._out.append(self._prev.gather(1, input_ids[:, -1:]).squeeze(1))
-        self._prev = torch.log_softmax(scores.float(), dim=-1)
+        scores32 = scores.float()
+        if self.temperature != 1.0:
+            scores32 = scores32 / self.temperature  # in float32, as the trainer divides its float32 logits
+        self._prev = torch.log_softmax(scores32, dim=-1)
         return scores
 
     def finish(self, generated: Any) -> np.ndarray:

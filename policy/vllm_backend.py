@@ -41,6 +41,9 @@ class VLLMModel(LanguageModel):
         self.max_images = max_images
         self.engine_kwargs = {"max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
                               **(engine_kwargs or {})}
+        # vLLM's default logprobs_mode, raw_logprobs, is the model's own distribution (what the trainer computes).
+        mode = self.engine_kwargs.get("logprobs_mode") or "raw_logprobs"
+        self.logprobs_of = "model" if mode == "raw_logprobs" else "sampler"
         self._engine: Any = None
         self._tokenizer: Any = None
 
@@ -97,5 +100,6 @@ class VLLMModel(LanguageModel):
         if out.logprobs is not None:  # one {token_id: Logprob} per generated token
             logprobs = [float(step[tid].logprob) for tid, step in zip(token_ids, out.logprobs, strict=False)]
         return Generation(out.text, token_ids=token_ids, logprobs=logprobs,
+                          logprobs_of=self.logprobs_of if logprobs is not None else None,
                           prompt_tokens=len(final.prompt_token_ids or []), finish_reason=out.finish_reason,
                           timings_ms={"generate_ms": (time.perf_counter() - t0) * 1000})

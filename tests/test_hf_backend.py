@@ -301,3 +301,11 @@ async def test_failed_generate_fails_only_the_culprit(hf_models: dict[str, HFMod
         if i != 2:
             check_generation(result, 8)  # type: ignore[arg-type]
     assert model.requests_failed - failed == 1
+
+
+def test_logprobs_of_option(tiny_models: dict[str, Path]) -> None:
+    """Log-probs under the model's own distribution or after the temperature (SGLang's default); nothing else."""
+    assert HFModel(tiny_models["qwen2_vl"], device="cpu").logprobs_of == "model"
+    assert HFModel(tiny_models["qwen2_vl"], device="cpu", logprobs_of="temperature").logprobs_of == "temperature"
+    with pytest.raises(ValueError, match="logprobs_of must be one of model, temperature, not 'sampler'"):
+        HFModel(tiny_models["qwen2_vl"], device="cpu", logprobs_of="sampler")

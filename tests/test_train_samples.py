@@ -17,14 +17,18 @@ torch = pytest.importorskip("torch")
 
 import train.samples as samples_mod  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
-from engine.model_api import SamplingParams, image_refs  # noqa: E402
+from engine.model_api import ChatRequest, Generation, SamplingParams, image_refs  # noqa: E402
 from engine.runner import run  # noqa: E402
 from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
 from engine.tasks import BUNDLED_TASKS  # noqa: E402
+from policy.agent_policy import generation_details  # noqa: E402
+from policy.hf_backend import HFModel  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
+from train.behaviour import behaviour_temperature  # noqa: E402
 from train.export import export_sharegpt  # noqa: E402
+from train.logprobs import label_logprobs  # noqa: E402
 from train.samples import (  # noqa: E402
     IGNORE_INDEX,
     BatchStream,
@@ -33,10 +37,10 @@ from train.samples import (  # noqa: E402
     SampleError,
     bucket_batches,
     build_samples,
+    full_prompt,
     model_wants_mm_token_types,
     samples_from_records,
 )
-from train.trainer import label_logprobs  # noqa: E402
 
 
 def task_file(path: Path, task_ids: list[str]) -> Path:
@@ -91,6 +95,7 @@ def test_rebuilt_prompts_and_targets_equal_the_recorded_ones(hf_run: Path, proc:
         assert sample.prompt_len == step["parsed"]["prompt_tokens"]
         assert sample.target_ids == step["token_ids"] and sample.target_source == "recorded"
         assert sample.behaviour_logprobs == step["logprobs"]
+        assert (sample.logprobs_of, sample.logprobs_temperature, sample.logprobs_comparable) == ("model", 1.0, True)
         assert sample.labels[:sample.prompt_len] == [IGNORE_INDEX] * sample.prompt_len
         assert sample.labels[sample.prompt_len:] == step["token_ids"]
         assert sample.reward == record["reward"]["value"] and sample.policy_version == step["policy_version"]
@@ -153,6 +158,7 @@ def test_collate_layout_and_lazy_images(hf_run: Path, proc: Processing, monkeypa
         assert batch["behaviour_logprobs"][row][~batch["loss_mask"][row]].eq(0).all()
     assert batch["loss_mask"].sum().item() == sum(len(s.target_ids) for s in chosen)
     assert batch["has_behaviour"].all() and batch["advantages"].shape == batch["weights"].shape == (n,)
+    assert batch["logprobs_temperature"].tolist() == [1.0] * n
     grid = batch["image_grid_thw"]
     assert grid.shape == (len(decoded), 3) and batch["pixel_values"].shape == (int(grid.prod(1).sum()),
                                                                             proc.vision.patch_dim)
@@ -182,6 +188,99 @@ def test_model_log_probs_at_label_positions_equal_the_recorded_ones(hf_run: Path
     assert torch.exp(got - want).sub(1).abs().max() < 1e-3  # w = exp(prox - behave) = 1
     records = [json.loads(line) for line in (hf_run / "episodes.jsonl").read_text().splitlines()]
     assert {s["parsed"]["logprobs_of"] for r in records for s in r["steps"]} == {"model"}
+
+
+def test_tempered_log_probs_of_the_hf_backend_equal_the_trainers(hf_run: Path, proc: Processing,
+                                                                  tiny_model: Path) -> None:
+    """The hf backend standing in for SGLang's default (log-probs after the temperature, before top-p): at
+    temperature 0.7 and top_p 0.9 the recorded log-probs are log_softmax(logits / 0.7), and the trainer's at the
+    sample's temperature equal them, so every importance weight of an update starts at 1 here too."""
+    import asyncio
+
+    records = read_records(hf_run)
+    chosen = [(r, r["steps"][-1]) for r in records]  # the most history
+    sampling = SamplingParams(max_tokens=8, seed=0, temperature=0.7, top_p=0.9)
+    requests = []
+    for record, step in chosen:
+        messages = full_prompt(record, step)
+        images = {ref: (hf_run / ref).read_bytes() for ref in image_refs(messages)}
+        requests.append(ChatRequest(f"{record['episode_id']}/{step['step']}", messages, images, sampling))
+
+    async def generate() -> tuple[list[Generation], Generation, Any]:
+        backend = HFModel(tiny_model, device="cpu", dtype="float32", max_batch=2, logprobs_of="temperature")
+        await backend.start()
+        try:
+            gens = await asyncio.gather(*[backend.generate(r) for r in requests])
+            greedy = await backend.generate(ChatRequest("greedy", requests[0].messages, requests[0].images,
+                                                        SamplingParams(temperature=0.0, max_tokens=2)))
+            return list(gens), greedy, backend.model
+        finally:
+            await backend.close()
+
+    gens, greedy, model = asyncio.run(generate())
+    assert {g.logprobs_of for g in gens} == {"temperature"} and greedy.logprobs_of == "model"  # no T to divide by
+    edited = []
+    for (record, step), gen in zip(chosen, gens, strict=True):
+        rec, st = copy.deepcopy(record), copy.deepcopy(step)
+        st.update(reply=gen.text, token_ids=gen.token_ids, logprobs=gen.logprobs)
+        st["parsed"] = {**st["parsed"], **generation_details(gen, sampling)}
+        assert st["parsed"]["logprobs_temperature"] == 0.7 and gen.prompt_sha256 == step["parsed"]["prompt_sha256"]
+        rec["steps"] = [st]
+        edited.append(rec)
+    result = samples_from_records(proc, edited, hf_run, on_mismatch="raise")
+    assert [(s.logprobs_of, s.logprobs_temperature, s.logprobs_comparable) for s in result] == [
+        ("temperature", pytest.approx(0.7), True)] * 2
+    batch = Collator.for_processing(proc, mm_token_types=model_wants_mm_token_types(model))(result.samples)
+    with torch.no_grad():
+        got, _, _, _ = label_logprobs(model, batch, "cpu", batch["logprobs_temperature"])
+        plain, _, _, _ = label_logprobs(model, batch, "cpu")
+    want = batch["behaviour_logprobs"][:, 1:][batch["loss_mask"][:, 1:]]
+    assert got.numel() == want.numel() == sum(len(s.target_ids) for s in result)
+    assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
+    assert (plain - want).abs().max() > 1e-2  # the model's own distribution is another one
+
+
+@pytest.mark.parametrize(("parsed", "expected"), [
+    ({"logprobs_of": "model"}, (1.0, True)),
+    ({"logprobs_of": "temperature", "logprobs_temperature": 0.7}, (0.7, True)),
+    ({"logprobs_of": "temperature", "logprobs_temperature": 2}, (2.0, True)),
+    ({"logprobs_of": "temperature"}, (1.0, False)),
+    ({"logprobs_of": "temperature", "logprobs_temperature": 0.0}, (1.0, False)),  # greedy: no tempered distribution
+    ({"logprobs_of": "temperature", "logprobs_temperature": float("inf")}, (1.0, False)),
+    ({"logprobs_of": "temperature", "logprobs_temperature": float("nan")}, (1.0, False)),
+    ({"logprobs_of": "temperature", "logprobs_temperature": True}, (1.0, False)),
+    ({"logprobs_of": "temperature", "logprobs_temperature": "0.7"}, (1.0, False)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": None}}, (1.0, True)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 1, "top_k": -1, "min_p": 0.0}}, (1.0, True)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 0.7, "top_p": 1.0}}, (1.0, False)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 1.0, "top_p": 0.9}}, (1.0, False)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 1.0, "top_k": 50}}, (1.0, False)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 1.0, "min_p": 0.05}}, (1.0, False)),
+    ({"logprobs_of": "sampler", "logprobs_sampling": {"top_p": 1.0}}, (1.0, False)),
+    ({"logprobs_of": "sampler"}, (1.0, False)),  # the settings are not recorded: nothing proves no truncation
+    ({"logprobs_of": None}, (1.0, False)),
+    ({"logprobs_of": "processed_logprobs"}, (1.0, False)),
+    ({}, (1.0, False)),
+    (None, (1.0, False)),
+])
+def test_logprobs_of_gives_the_samples_temperature_and_comparability(parsed: dict[str, Any] | None,
+                                                                     expected: tuple[float, bool]) -> None:
+    assert behaviour_temperature(parsed) == expected
+
+
+@pytest.mark.parametrize(("kind", "expected"), [("model", (1.0, True)), ("temperature", (0.7, True)),
+                                                ("sampler", (1.0, False)), (None, (1.0, False))])
+def test_recorded_generation_details_give_the_samples_distribution(kind: str | None,
+                                                                   expected: tuple[float, bool]) -> None:
+    """What the agent policy records for a reply (parsed) is what sample building reads back."""
+    sampling = SamplingParams(temperature=0.7, top_p=0.9)
+    details = generation_details(Generation("x", [1], [-0.5], logprobs_of=kind), sampling)
+    assert details["logprobs_of"] == kind
+    assert ("logprobs_temperature" in details) == (kind == "temperature")
+    assert ("logprobs_sampling" in details) == (kind == "sampler")
+    assert behaviour_temperature(details) == expected
+    at_one = generation_details(Generation("x", logprobs_of=kind), SamplingParams(temperature=1.0, top_p=1.0))
+    assert behaviour_temperature(at_one)[1] == (kind is not None)  # untruncated sampling: every kind compares
 
 
 def test_bucket_batches() -> None:

@@ -101,7 +101,7 @@ def test_config_unknown_format(tmp_path: Path) -> None:
 
 
 def test_schedule_values() -> None:
-    from train.trainer import lr_factor
+    from train.schedule import lr_factor
 
     # Linear warm-up over 4 steps, then cosine from 1 to 0.1 at step 14.
     got = [lr_factor(s, 4, 14, "cosine", 0.1) for s in range(15)]
@@ -136,7 +136,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
     """A model-policy run of four one-step episodes: tasks t0 and t1, each solved once and failed once; episodes
-    e0 and e1 recorded their generated token ids and log-probs, e2 and e3 only the reply."""
+    e0 and e1 recorded their generated token ids and log-probs (e0 under the model's own distribution, e1 at
+    temperature 0.7, as SGLang reports them), e2 and e3 only the reply."""
     import numpy as np
 
     from engine import _imgcodec as codec
@@ -159,6 +160,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
         if i < 2:
             ids = [*tok(reply, add_special_tokens=False)["input_ids"], end]
             step["token_ids"], step["logprobs"] = ids, [-1.0] * len(ids)
+            step["parsed"] = {"logprobs_of": "model"} if i == 0 else {"logprobs_of": "temperature",
+                                                                       "logprobs_temperature": 0.7}
         records.append({"episode_id": f"e{i}", "task": {"task_id": f"t{i % 2}", "task_name": f"task {i % 2}"},
                         "system_prompt": "You are a web agent.", "status": "success" if i < 2 else "failure",
                         "reward": {"value": 1.0 if i < 2 else 0.0}, "steps": [step]})
@@ -214,6 +217,81 @@ def test_one_step_changes_the_weights_and_lowers_the_loss(tmp_path: Path, tiny_m
         assert m["mean_ratio"] == pytest.approx(1.0, abs=1e-4)  # before the update theta == prox
     else:
         assert 0 <= m["token_acc"] <= 1 and m["nll"] == pytest.approx(before, rel=1e-4)
+
+
+def relabelled_run(tmp_path: Path, run_dir: Path, parsed: dict[str, Any] | None) -> Path:
+    """``run_dir`` with e0's ``parsed`` details replaced (None: removed); the frames are shared."""
+    records = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    records[0]["steps"][0].pop("parsed", None)
+    if parsed is not None:
+        records[0]["steps"][0]["parsed"] = parsed
+    out = tmp_path / "run"
+    out.mkdir(parents=True)
+    (out / "frames").symlink_to(run_dir / "frames")
+    (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return out
+
+
+@pytest.mark.parametrize("parsed", [
+    {"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 0.7, "top_p": 0.9, "top_k": None}},
+    {"logprobs_of": "sampler"},  # no sampling settings: nothing proves there was no truncation
+    {"logprobs_of": None},
+    None,  # a record from before logprobs_of, or a backend that does not say
+], ids=["sampler-truncated", "sampler-unknown", "none", "missing"])
+def test_grpo_refuses_behaviour_logprobs_it_cannot_reproduce(tmp_path: Path, tiny_model: Path, run_dir: Path,
+                                                             parsed: dict[str, Any] | None) -> None:
+    from train.trainer import Trainer, samples_from_runs
+
+    cfg = config(tiny_model, tmp_path, algorithm="grpo")
+    samples = samples_from_runs(cfg, [relabelled_run(tmp_path, run_dir, parsed)])
+    with pytest.raises(ValueError, match=r"grpo: 1 of 4 samples have behaviour log-probs the trainer cannot "
+                                         r"reproduce") as exc:
+        Trainer(cfg, samples, model=object())  # refused before the model is even looked at
+    message = str(exc.value)
+    kind = (parsed or {}).get("logprobs_of")
+    assert ("'sampler'" if kind else "None (the backend does not say)") in message
+    assert "episode e0 step 0" in message and "raw_logprobs" in message and "temperature 1" in message
+
+
+def test_grpo_accepts_untruncated_sampler_logprobs_and_fbc_any(tmp_path: Path, tiny_model: Path,
+                                                               run_dir: Path) -> None:
+    from train.trainer import Trainer, samples_from_runs
+
+    untruncated = {"logprobs_of": "sampler", "logprobs_sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1}}
+    cfg = config(tiny_model, tmp_path, algorithm="grpo")
+    samples = samples_from_runs(cfg, [relabelled_run(tmp_path, run_dir, untruncated)])
+    assert [(s.logprobs_of, s.logprobs_temperature, s.logprobs_comparable) for s in samples.samples[:2]] == [
+        ("sampler", 1.0, True), ("temperature", 0.7, True)]
+    assert Trainer(cfg, samples).prox is None
+    # FBC's loss never reads the behaviour log-probs: it trains on steps of any backend.
+    fbc = config(tiny_model, tmp_path / "fbc", algorithm="fbc")
+    Trainer(fbc, samples_from_runs(fbc, [relabelled_run(tmp_path / "fbc", run_dir, None)]))
+
+
+def test_grpo_takes_each_sample_at_its_recorded_temperature(tmp_path: Path, tiny_model: Path, run_dir: Path) -> None:
+    """The proximal log-probs of e1 (recorded at temperature 0.7) are log_softmax(logits / 0.7), e0's the model's
+    own, in one batch; FBC's are the model's own for every row."""
+    from train.logprobs import label_logprobs
+    from train.trainer import Trainer, samples_from_runs
+
+    cfg = config(tiny_model, tmp_path, algorithm="grpo")
+    samples = samples_from_runs(cfg, [run_dir])
+    trainer = Trainer(cfg, samples)
+    batch = trainer.collate(samples.samples)
+    assert batch["logprobs_temperature"].tolist() == pytest.approx([1.0, 0.7, 1.0, 1.0])
+    trainer.compute_proximal()
+    assert trainer.prox is not None
+    trainer.model.eval()
+    with torch.no_grad():
+        for i, s in enumerate(samples.samples[:2]):
+            one = trainer.collate([s])
+            tempered = label_logprobs(trainer.model, one, "cpu", s.logprobs_temperature)[0]
+            plain = label_logprobs(trainer.model, one, "cpu")[0]
+            assert torch.allclose(torch.tensor(trainer.prox[i]), tempered, atol=1e-5), s.episode_id
+            assert torch.allclose(tempered, plain, atol=1e-5) == (s.logprobs_temperature == 1.0), s.episode_id
+        assert trainer._temperature(batch) is batch["logprobs_temperature"]
+        trainer.cfg = config(tiny_model, tmp_path, algorithm="fbc")
+        assert trainer._temperature(batch) is None
 
 
 @pytest.mark.parametrize("algorithm", ["fbc", "grpo"])

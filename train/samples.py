@@ -5,7 +5,9 @@ episode stores once as ``system_prompt``), the raw reply, and, when the backend 
 ``token_ids`` and their ``logprobs``. :func:`build_samples` rebuilds each step's prompt with the model's own
 tokenizer and chat template through :func:`policy.prompting.prompt_ids`, the function the ``hf`` backend
 builds its prompts with (inside :func:`policy.prompting.build_prompt_ids`), so the rebuilt ids are those the
-policy saw; the backend's recorded ``prompt_sha256`` proves it step by step.
+policy saw; the backend's recorded ``prompt_sha256`` proves it step by step. The step's ``parsed.logprobs_of``
+(with ``logprobs_temperature`` / ``logprobs_sampling``) says under which distribution the log-probs were taken;
+:func:`train.behaviour.behaviour_temperature` turns it into the sample's temperature and comparability.
 
 Images are not decoded while samples are built: an image's token count follows from its JPEG header alone
 (:func:`policy.prompting.image_token_count`). Pixels are decoded by :class:`Collator`, through
@@ -26,6 +28,8 @@ key                       shape, dtype        meaning
 ``behaviour_logprobs``    (B, T) float32      the recorded log-prob of labels[:, t] at position t (0 where
                                               masked or unknown; see ``has_behaviour``)
 ``has_behaviour``         (B,) bool           the sample has recorded log-probs
+``logprobs_temperature``  (B,) float32        :attr:`Sample.logprobs_temperature`: GRPO divides the row's
+                                              logits by it, so that its log-probs are the recorded ones'
 ``advantages``            (B,) float32        :attr:`Sample.advantage` (filled by the algorithm)
 ``weights``               (B,) float32        :attr:`Sample.weight` (loss weights, e.g. FBC's recency)
 ``rewards``               (B,) float32        the episode's reward (NaN when there is none)
@@ -63,6 +67,7 @@ from policy.prompting import (
     vision_token_ids,
 )
 from policy.vision import ProcessedImage, VisionConfig, load_vision_config, preprocess_jpeg, stack_images
+from train.behaviour import behaviour_temperature
 
 IGNORE_INDEX = -100
 
@@ -130,6 +135,12 @@ class Sample:
     advantage: float = 0.0  # filled by the algorithm (GRPO) before batching
     weight: float = 1.0  # loss weight (e.g. FBC's recency weight)
     page_changed: bool | None = None
+    # Under which distribution the step's log-probs were recorded (train.behaviour): the step's parsed.logprobs_of,
+    # the temperature T of log_softmax(logits / T) (1.0: the model's own), and whether the trainer reproduces
+    # them (False unless the record says so: GRPO refuses behaviour log-probs it cannot compare with its own).
+    logprobs_of: str | None = None
+    logprobs_temperature: float = 1.0
+    logprobs_comparable: bool = False
 
     @property
     def target_ids(self) -> list[int]:
@@ -227,6 +238,8 @@ def step_sample(proc: Processing, record: EpisodeRecord, step: StepRecord, run_d
         target = list(proc.tokenizer(reply, add_special_tokens=False)["input_ids"]) + [proc.end_token_id]
         source, logprobs = "reply", None
     reward = (record.get("reward") or {}).get("value")
+    parsed = step.get("parsed") or {}
+    temperature, comparable = behaviour_temperature(parsed)
     return Sample(
         input_ids=ids + target, prompt_len=len(ids), images=[str(p) for p in paths], image_tokens=counts,
         run_dir=str(run_dir), run_index=run_index, episode_id=str(record.get("episode_id")),
@@ -234,7 +247,8 @@ def step_sample(proc: Processing, record: EpisodeRecord, step: StepRecord, run_d
         reward=None if reward is None else float(reward), policy_version=int(step.get("policy_version") or 0),
         behaviour_logprobs=[float(x) for x in logprobs] if logprobs is not None else None,
         prompt_sha256=sha, recorded_prompt_sha256=recorded_sha, target_source=source,
-        page_changed=step.get("page_changed"))
+        page_changed=step.get("page_changed"), logprobs_of=parsed.get("logprobs_of"),
+        logprobs_temperature=temperature, logprobs_comparable=comparable)
 
 
 def samples_from_records(proc: Processing, records: Iterable[EpisodeRecord], run_dir: str | Path,
@@ -378,6 +392,7 @@ class Collator:
             "input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
             "loss_mask": labels != IGNORE_INDEX, "behaviour_logprobs": behaviour,
             "has_behaviour": torch.tensor([s.behaviour_logprobs is not None for s in samples], dtype=torch.bool),
+            "logprobs_temperature": torch.tensor([s.logprobs_temperature for s in samples], dtype=torch.float32),
             "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
             "weights": torch.tensor([s.weight for s in samples], dtype=torch.float32),
             "rewards": torch.tensor([math.nan if s.reward is None else s.reward for s in samples], dtype=torch.float32),

@@ -1,15 +1,19 @@
 """The trainer: plain torch on a transformers Qwen-VL model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), FBC or GRPO.
 
-One process on the CPU or one GPU, or several GPUs under ``torchrun`` with FSDP2 (``fully_shard`` on every
-decoder layer and vision block, then on the root). What one optimizer step does:
+One process on the CPU or one GPU, or several GPUs under ``torchrun`` with FSDP2 (:mod:`train.distributed`).
+This module holds the training loop and what feeds it (samples from run directories, the steps' micro-batches);
+its pieces have their own modules: :mod:`train.logprobs` (the label log-probs every loss starts from),
+:mod:`train.model_io` (loading the model, writing checkpoints), :mod:`train.schedule` (the LR schedule),
+:mod:`train.curves` (progress bar, TensorBoard, plots) and :mod:`train.behaviour` (which recorded log-probs GRPO
+can use). What one optimizer step does:
 
 - the step's micro-batches (``grad_accum`` per process; in a distributed run the step's ``world * grad_accum``
   micro-batches are dealt to the ranks, as a ``DistributedSampler`` would, repeating from the start to fill the
   last step) are collated (:class:`train.samples.Collator`; images decoded here), run forward, and their loss
   backpropagated; bf16 autocast where the device supports it (FSDP: a bf16 mixed-precision policy instead);
-- each token's log-probability is taken from the logits in float32 (``log_softmax`` gathered at the label
-  positions, shifted by one as HF does); only the positions that predict a label get logits at all
-  (``logits_to_keep`` with a boolean mask), which keeps a 150k-word vocabulary affordable;
+- each label token's log-probability is taken from the logits in float32 (:func:`train.logprobs.label_logprobs`:
+  only the positions that predict a label are projected onto the vocabulary); GRPO divides each row's logits by
+  the temperature its behaviour log-probs were recorded at (:attr:`Sample.logprobs_temperature`), FBC does not;
 - the loss is a sum over the step's tokens divided by the whole step's count, known before the step from the
   samples (so ``grad_accum`` micro-batches of 1 equal one batch of ``grad_accum``, and ranks add up exactly):
 
@@ -20,15 +24,17 @@ decoder layer and vision block, then on the root). What one optimizer step does:
     before the first optimizer step), ``logp_behave`` the recorded behaviour log-probs (the proximal ones
     when none were recorded) and the sample's advantage (:func:`train.algorithms.grpo_advantages`); the mean
     is over every target token of the step, tokens over the importance-weight cap counting as zeros (AReaL's
-    normalisation by the loss mask);
+    normalisation by the loss mask). All three log-probs are under one distribution: the trainer refuses (a
+    ``ValueError`` when it is built) samples whose recorded log-probs it cannot reproduce
+    (:func:`train.behaviour.require_comparable`);
 - gradients clipped to ``max_grad_norm``, AdamW step, LR schedule step (linear warm-up, then cosine or
   constant).
 
 Outputs in ``output_dir``: ``metrics.jsonl`` (one line per logged step: step, loss, lr, grad_norm, tokens/s
 and the algorithm's statistics), ``loss.png`` / ``reward.png``, TensorBoard scalars under ``tensorboard/``
 (when ``torch.utils.tensorboard`` imports), ``checkpoint-N/`` every ``save_every`` steps and ``final/``:
-Hugging Face model directories (weights, config, and the source's tokenizer, chat template and
-``preprocessor_config.json``) that :class:`policy.hf_backend.HFModel` and vLLM load as they are.
+Hugging Face model directories (:func:`train.model_io.write_checkpoint`) that :class:`policy.hf_backend.HFModel`
+and vLLM load as they are.
 """
 
 from __future__ import annotations
@@ -37,24 +43,22 @@ import contextlib
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policy.prompting import vision_token_ids
+from train.behaviour import require_comparable
 from train.config import TrainConfig
-from train.samples import IGNORE_INDEX, Collator, Processing, Sample, SampleSet, bucket_batches
+from train.curves import plot_curves, progress_bar, tensorboard_writer
+from train.distributed import setup_distributed, shard_model
+from train.logprobs import label_logprobs
+from train.model_io import load_model, set_checkpointing, write_checkpoint
+from train.samples import Collator, Processing, Sample, SampleSet, bucket_batches
+from train.schedule import make_scheduler
 
 log = logging.getLogger(__name__)
-
-#: Files of a model directory that the checkpoint takes from the source (save_pretrained writes the rest).
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5")
-_WRITTEN_BY_SAVE = ("config.json", "generation_config.json", "model.safetensors.index.json",
-                    "pytorch_model.bin.index.json")
 
 
 @dataclass
@@ -70,191 +74,6 @@ class TrainResult:
     elapsed_s: float
     checkpoints: list[Path] = field(default_factory=list)  # every checkpoint written, the final one last
     history: list[dict[str, Any]] = field(default_factory=list)  # every step's metrics
-
-
-# ---------------------------------------------------------------------------------------------- pieces
-
-
-def model_class(config: Any) -> Any:
-    """The transformers class for a Qwen-VL config (as :mod:`policy.hf_backend` finds it)."""
-    import transformers
-
-    with contextlib.suppress(Exception):
-        from transformers import AutoModelForImageTextToText
-
-        return AutoModelForImageTextToText._model_mapping[type(config)]
-    archs = getattr(config, "architectures", None) or []
-    cls = next((getattr(transformers, a) for a in archs if hasattr(transformers, a)), None)
-    if cls is None:
-        raise ValueError(f"no transformers class for model type {config.model_type!r}")
-    return cls
-
-
-def load_model(model_dir: str | Path, dtype: Any = None, attn_implementation: str | None = None) -> Any:
-    """The model of ``model_dir`` in ``dtype`` (default float32: master weights for mixed precision)."""
-    import torch
-    import transformers
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(model_dir)
-    kwargs: dict[str, Any] = {}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
-    kwargs["dtype" if major_minor >= (4, 56) else "torch_dtype"] = dtype or torch.float32
-    return model_class(config).from_pretrained(model_dir, config=config, **kwargs)
-
-
-def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float = 0.0) -> float:
-    """The LR multiplier after ``step`` optimizer steps: linear warm-up from 1/(warmup+1) to 1 over
-    ``warmup_steps``, then constant or a cosine from 1 down to ``min_lr_ratio`` at ``total_steps``."""
-    if step < warmup_steps:
-        return (step + 1) / (warmup_steps + 1)
-    if schedule == "constant":
-        return 1.0
-    span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / span)
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def make_scheduler(optimizer: Any, cfg: TrainConfig, total_steps: int) -> Any:
-    """A ``LambdaLR`` with :func:`lr_factor`."""
-    from torch.optim.lr_scheduler import LambdaLR
-
-    return LambdaLR(optimizer, lambda s: lr_factor(s, cfg.warmup_steps, total_steps, cfg.schedule, cfg.min_lr_ratio))
-
-
-def set_checkpointing(model: Any, on: bool) -> None:
-    """Activation (gradient) checkpointing of every decoder layer and vision block, non-reentrant (works with
-    FSDP2 and with inputs that need no grad); transformers >= 5.2x names it ``activation_checkpointing_*``."""
-    if on:
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    elif hasattr(model, "activation_checkpointing_disable"):
-        model.activation_checkpointing_disable()
-    else:
-        model.gradient_checkpointing_disable()
-
-
-def model_inputs(batch: dict[str, Any], device: Any) -> dict[str, Any]:
-    """The forward's inputs of a collated batch, on ``device``."""
-    keys = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
-    return {k: batch[k].to(device, non_blocking=True) for k in keys if k in batch}
-
-
-def label_logprobs(model: Any, batch: dict[str, Any], device: Any) -> tuple[Any, Any, Any, Any]:
-    """Log-probabilities of the label tokens under ``model``, flattened in row-major order of the labels.
-
-    Returns ``(logp, targets, rows, logits)``: ``(N,)`` each with ``N`` the batch's label tokens (the float32
-    log-prob of each label, the label ids, the batch row of each) and the ``(N, vocab)`` float32 logits.
-    Position ``t - 1`` predicts ``labels[:, t]`` (HF's shift); only those positions are projected onto the
-    vocabulary (``logits_to_keep`` as a boolean mask).
-    """
-    import torch
-
-    labels = batch["labels"].to(device)
-    keep = torch.zeros_like(labels, dtype=torch.bool)
-    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX  # positions whose next token is a label
-    targets = labels[:, 1:][keep[:, :-1]]
-    rows = torch.arange(labels.shape[0], device=device).unsqueeze(1).expand_as(labels)[keep]
-    inputs = model_inputs(batch, device)
-    try:
-        logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits
-    except (IndexError, TypeError):
-        # transformers before 5.2x takes only an int: project the kept positions' hidden states ourselves
-        # rather than materialising the logits of every position (batch x length x vocabulary).
-        hidden = model.model(**inputs, use_cache=False).last_hidden_state
-        logits = model.lm_head(hidden[keep])
-    if logits.dim() == 3 and logits.shape[:2] == labels.shape:  # a transformers that ignored the mask
-        logits = logits[keep]
-    logits = logits.reshape(-1, logits.shape[-1]).float()
-    if logits.shape[0] != targets.shape[0]:
-        raise RuntimeError(f"{logits.shape[0]} logits for {targets.shape[0]} labels")
-    # The rollout sampled with vision placeholders suppressed (policy.hf_backend): the same distribution here.
-    vision = torch.tensor(vision_token_ids(model.config), dtype=torch.long, device=logits.device)
-    masked = logits.index_fill(-1, vision, float("-inf"))
-    logp = torch.log_softmax(masked, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return logp, targets, rows, logits
-
-
-def copy_processor_files(src: str | Path, dst: str | Path) -> list[str]:
-    """Copy the tokenizer, chat template and processor configs of ``src`` into the checkpoint ``dst``."""
-    copied = []
-    for path in sorted(Path(src).iterdir()):
-        if not path.is_file() or path.name in _WRITTEN_BY_SAVE or path.name.endswith(_WEIGHT_SUFFIXES):
-            continue
-        if path.name.endswith(".index.json"):
-            continue
-        if path.suffix not in (".json", ".jinja", ".txt", ".model", ".tiktoken", ".py"):
-            continue
-        shutil.copy2(path, Path(dst) / path.name)
-        copied.append(path.name)
-    return copied
-
-
-# ---------------------------------------------------------------------------------------------- distributed
-
-
-@dataclass
-class DistState:
-    """This process's place in a (possibly one-process) run."""
-
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    device: Any = None
-    initialised_here: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world > 1
-
-
-def setup_distributed(device: str = "auto") -> DistState:
-    """Join the process group when started by ``torchrun`` (``WORLD_SIZE`` > 1): NCCL on GPUs, gloo on CPUs."""
-    import torch
-    import torch.distributed as dist
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
-    if world > 1:
-        here = False
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if cuda else "gloo")
-            here = True
-        if cuda:
-            torch.cuda.set_device(local_rank)
-            dev = torch.device("cuda", local_rank)
-        else:
-            dev = torch.device("cpu")
-        return DistState(dist.get_rank(), dist.get_world_size(), local_rank, dev, here)
-    dev = torch.device("cuda" if cuda else "cpu") if device == "auto" else torch.device(device)
-    return DistState(0, 1, 0, dev, False)
-
-
-def shard_model(model: Any, bf16: bool) -> None:
-    """FSDP2: ``fully_shard`` every decoder layer and vision block (the classes HF lists in
-    ``_no_split_modules``), then the root; bf16 parameters in compute, float32 gradient reduction."""
-    import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
-    kw = {"mp_policy": mp} if mp is not None else {}
-    names = set(getattr(model, "_no_split_modules", None) or [])
-    blocks = [m for m in model.modules() if type(m).__name__ in names]
-    if not blocks:
-        raise ValueError(f"{type(model).__name__}: no decoder layers found to shard (_no_split_modules is empty)")
-    for block in blocks:
-        fully_shard(block, **kw)
-    fully_shard(model, **kw)
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -344,6 +163,8 @@ class Trainer:
         self.samples: list[Sample] = list(samples.samples if isinstance(samples, SampleSet) else samples)
         if not self.samples:
             raise ValueError("no training samples")
+        if cfg.algorithm == "grpo":
+            require_comparable(self.samples)  # before anything loads: a wrong importance weight is silent
         self.dist = setup_distributed(cfg.device)
         self.device = self.dist.device
         if cfg.cpu_threads:
@@ -400,6 +221,11 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
+    def _temperature(self, batch: dict[str, Any]) -> Any:
+        """The rows' temperatures for :func:`label_logprobs`: GRPO compares with the recorded log-probs, so each row
+        is taken at its recording's temperature; FBC's NLL is the model's own (None: 1)."""
+        return batch["logprobs_temperature"] if self.cfg.algorithm == "grpo" else None
+
     @property
     def save_dtype(self) -> Any:
         import torch
@@ -428,7 +254,7 @@ class Trainer:
             for idx in mine:
                 batch = self.collate([self.samples[i] for i in idx])
                 with self._autocast():
-                    logp, _, rows, _ = label_logprobs(self.model, batch, self.device)
+                    logp, _, rows, _ = label_logprobs(self.model, batch, self.device, self._temperature(batch))
                 logp, rows = logp.float().cpu(), rows.cpu()
                 for r, i in enumerate(idx):
                     prox[i] = logp[rows == r].tolist()
@@ -460,7 +286,7 @@ class Trainer:
 
         batch = self.collate([self.samples[i] for i in idx])
         with self._autocast():
-            logp, targets, rows, logits = label_logprobs(self.model, batch, self.device)
+            logp, targets, rows, logits = label_logprobs(self.model, batch, self.device, self._temperature(batch))
         n = logp.shape[0]
         stats: dict[str, float] = {"tokens": float(batch["attention_mask"].sum()), "target_tokens": float(n),
                                    "samples": float(len(idx))}
@@ -580,8 +406,8 @@ class Trainer:
             (self.out_dir / "train_config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2) + "\n")
         if self.cfg.algorithm == "grpo":
             self.compute_proximal()
-        writer = _tensorboard(self.out_dir / "tensorboard") if main and self.cfg.tensorboard else None
-        progress = _progress(main and self.cfg.progress)
+        writer = tensorboard_writer(self.out_dir / "tensorboard") if main and self.cfg.tensorboard else None
+        progress = progress_bar(main and self.cfg.progress)
         task = progress.add_task("training", total=self.total_steps, loss=math.nan) if progress else None
         start = time.perf_counter()
         all_tokens = 0.0
@@ -655,19 +481,8 @@ class Trainer:
         else:
             state = self.model.state_dict()
         if self.dist.is_main:
-            dtype = self.save_dtype
-            state = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu())
-                     for k, v in state.items()}
-            path.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(path, state_dict=state, safe_serialization=True)
-            config_path = path / "config.json"
-            config = json.loads(config_path.read_text())
-            config["architectures"] = [self.class_name]  # not FSDP's wrapper class
-            for key in ("dtype", "torch_dtype"):
-                if key in config:
-                    config[key] = str(dtype).removeprefix("torch.")
-            config_path.write_text(json.dumps(config, indent=2) + "\n")
-            copy_processor_files(self.cfg.model_dir, path)
+            write_checkpoint(self.model, state, path, class_name=self.class_name, dtype=self.save_dtype,
+                             source_dir=self.cfg.model_dir)
             self.checkpoints.append(path)
         if self.dist.distributed:
             dist.barrier()
@@ -691,63 +506,3 @@ def train(config: TrainConfig, samples: SampleSet | Sequence[Sample]) -> TrainRe
         return trainer.run()
     finally:
         trainer.close()
-
-
-# ---------------------------------------------------------------------------------------------- outputs
-
-
-def _tensorboard(path: Path) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # the tensorboard package is optional
-        return None
-    return SummaryWriter(str(path))
-
-
-def _progress(enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn())
-
-
-def plot_curves(history: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
-    """``loss.png`` (loss and, for FBC, token accuracy) and ``reward.png`` (mean reward of the step's samples)."""
-    if not history:
-        return []
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.info("matplotlib is not installed: no plots")
-        return []
-    steps = [m["step"] for m in history]
-    written = []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, [m["loss"] for m in history], label="loss")
-    if "token_acc" in history[0]:
-        ax2 = ax.twinx()
-        ax2.plot(steps, [m["token_acc"] for m in history], color="tab:orange", label="token accuracy")
-        ax2.set_ylabel("token accuracy")
-        ax2.set_ylim(0, 1.05)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("training loss")
-    fig.tight_layout()
-    fig.savefig(out_dir / "loss.png", dpi=100)
-    plt.close(fig)
-    written.append(out_dir / "loss.png")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, [m["reward"] for m in history], label="reward")
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean reward of the step's samples")
-    ax.set_title("reward")
-    fig.tight_layout()
-    fig.savefig(out_dir / "reward.png", dpi=100)
-    plt.close(fig)
-    written.append(out_dir / "reward.png")
-    return written
