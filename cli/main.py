@@ -95,6 +95,9 @@ def main() -> None:
               show_default=True, help="openai: send screenshots inline, or as file URLs of the run directory.")
 @click.option("--token-ids", is_flag=True,
               help="openai: ask the server (vLLM) for the generated token ids as well as their log-probabilities.")
+@click.option("--logprobs-of", type=click.Choice(["model", "temperature", "sampler"]), default=None,
+              help="openai: what the server's log-probabilities are of: model (vLLM's default raw_logprobs), "
+                   "temperature (SGLang's default), sampler (after truncation). Unset: unknown, and GRPO refuses them.")
 @click.option("--request-timeout", type=float, default=120.0, show_default=True, help="openai: seconds per request.")
 @click.option("--device", default="auto", show_default=True, help="hf: cpu, cuda or auto.")
 @click.option("--max-batch", type=click.IntRange(1), default=16, show_default=True,
@@ -187,7 +190,8 @@ def run_cmd(**opts: Any) -> None:
     sampling = SamplingParams(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, max_tokens=o.max_tokens,
                               seed=o.seed)
     backend = BackendConfig(model=o.model, base_url=o.base_url, api_key_env=o.api_key_env,
-                            image_transport=o.image_transport, token_ids=o.token_ids, timeout_s=o.request_timeout,
+                            image_transport=o.image_transport, token_ids=o.token_ids, logprobs_of=o.logprobs_of,
+                            timeout_s=o.request_timeout,
                             device=o.device, max_batch=o.max_batch, sim_speed=o.sim_speed)
     check_sockets(cfg, console)
     if o.tui and cfg.telemetry is None:

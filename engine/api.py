@@ -96,12 +96,21 @@ class RolloutService:
 
         A judged episode comes out once its verdict is in (or with ``judge_error`` if the judge failed)."""
         while self._outstanding > 0:
-            if self._held:
-                record = self._held.pop(next(iter(self._held)))
-            else:
-                record = await self._done.get()
-            self._outstanding -= 1
-            yield record
+            yield await self.next_result()
+
+    @property
+    def outstanding(self) -> int:
+        """Submitted episodes whose record has not been handed out yet."""
+        return self._outstanding
+
+    async def next_result(self) -> dict[str, Any]:
+        """The next finished episode's record (waits for one; for loops that keep submitting as they consume)."""
+        if self._held:
+            record = self._held.pop(next(iter(self._held)))
+        else:
+            record = await self._done.get()
+        self._outstanding -= 1
+        return record
 
     async def gather(self, episode_ids: Iterable[str]) -> list[dict[str, Any]]:
         """The records of these episodes (in this order), once all have finished; records of other episodes

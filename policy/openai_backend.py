@@ -27,6 +27,18 @@ asks vLLM for ``return_tokens_as_token_ids``, which makes every logprobs entry's
 ``"token_id:123"`` string; those are parsed into :attr:`Generation.token_ids` (so logprobs are requested
 too). A server that returns ``choices[0].token_ids`` (vLLM's ``return_token_ids``, via ``extra_body``)
 is read as well. Servers other than vLLM may reject or ignore the flag.
+
+Log-probabilities: ``logprobs_of`` declares what the server reports (:attr:`Generation.logprobs_of`): ``"model"``
+for vLLM's default (``--logprobs-mode raw_logprobs``) and SGLang with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``,
+``"temperature"`` for SGLang's default (``log_softmax(logits / T)`` before top-k and top-p), ``"sampler"`` for a
+server that reports them after truncation; None when unknown (the trainer then refuses GRPO on them).
+
+Policy versions and weight pushes: every reply carries the version of the weights that produced it
+(:attr:`Generation.policy_version`): the server's own label where the reply has one (SGLang's
+``metadata.weight_version``), else the version this client last set with :meth:`OpenAIModel.release`. Around a
+weight push (:mod:`policy.weight_sync`) :meth:`OpenAIModel.hold` stops new requests from being sent and either
+waits for the ones in flight to finish on the old weights (``drain=True``) or marks them to be sent again once
+the push is over (``drain=False``: the server aborts them), so no accepted reply spans two versions.
 """
 
 from __future__ import annotations
@@ -77,7 +89,8 @@ class OpenAIModel(LanguageModel):
     def __init__(self, base_url: str, model: str, api_key: str | None = None, max_in_flight: int = 128,
                  timeout_s: float = 120.0, retries: int = 4, backoff_s: float = 0.5, backoff_max_s: float = 8.0,
                  image_transport: ImageTransport = "data_url", run_dir: str | Path | None = None,
-                 extra_body: Mapping[str, Any] | None = None, token_ids: bool = False) -> None:
+                 extra_body: Mapping[str, Any] | None = None, token_ids: bool = False,
+                 logprobs_of: str | None = None) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
         if retries < 0:
@@ -100,6 +113,16 @@ class OpenAIModel(LanguageModel):
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
         self.extra_body = dict(extra_body or {})
         self.token_ids = token_ids
+        self.logprobs_of = logprobs_of
+        self.version: int | None = None  # the served weights' version, as set by release()
+        self._open = asyncio.Event()  # cleared by hold(): no request is sent during a weight push
+        self._open.set()
+        self._epoch = 0  # hold() count: a request remembers the epoch it was sent in
+        self._resend_before = 0  # a request sent in an earlier epoch than this is sent again (abort mode)
+        self._in_flight = 0
+        self._idle = asyncio.Event()  # set while no request is in flight (hold(drain=True) waits on it)
+        self._idle.set()
+        self.resent = 0  # requests sent again because a weight push aborted them
         self._session: aiohttp.ClientSession | None = None
         self._semaphore = asyncio.Semaphore(max_in_flight)
         self._closed = False
@@ -134,6 +157,35 @@ class OpenAIModel(LanguageModel):
         if session is not None:
             await session.close()
 
+    # -- weight pushes -----------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
+        return self._in_flight
+
+    async def hold(self, drain: bool) -> int:
+        """Stop sending requests (until :meth:`release`); returns how many were in flight.
+
+        ``drain=True``: wait until those have their replies (they finish on the old weights and are recorded so).
+        ``drain=False``: return at once; their replies, whatever they are (the server aborts them), are thrown
+        away and the requests sent again after the push, on the new weights.
+        """
+        self._open.clear()
+        self._epoch += 1
+        in_flight = self._in_flight
+        if drain:
+            await self._idle.wait()
+        else:
+            self._resend_before = self._epoch
+        return in_flight
+
+    def release(self, version: int | None) -> None:
+        """Send requests again; replies without a version of their own are recorded with ``version``."""
+        if version is not None:
+            self.version = version
+        self._open.set()
+
     # -- generation --------------------------------------------------------------------------------------
 
     async def generate(self, request: ChatRequest) -> Generation:
@@ -160,26 +212,55 @@ class OpenAIModel(LanguageModel):
         body = json.dumps(self.build_payload(request), separators=(",", ":")).encode()
         t_start = time.perf_counter()
         cause = ""
-        for attempt in range(1, self.retries + 2):
+        attempt = 0
+        while attempt <= self.retries:
+            attempt += 1
             if self._session is None:  # closed between attempts
                 raise PolicyError(f"request {request.request_id}: OpenAIModel closed")
+            await self._open.wait()
+            epoch, version = self._epoch, self.version
             try:
                 async with self._semaphore:
                     t_http = time.perf_counter()
-                    data = await self._post(body, request.request_id)
+                    self._sent()
+                    try:
+                        data = await self._post(body, request.request_id)
+                    finally:
+                        self._answered()
                     http_ms = (time.perf_counter() - t_http) * 1000.0
-            except _Retryable as exc:
+            except (_Retryable, PolicyError) as exc:
+                if epoch < self._resend_before:  # aborted by a weight push: not the request's fault
+                    attempt -= 1
+                    self.resent += 1
+                    continue
+                if isinstance(exc, PolicyError):
+                    raise
                 cause = exc.cause
                 if attempt > self.retries:
                     break
                 await asyncio.sleep(self._backoff(attempt, exc.delay_s))
                 continue
+            if epoch < self._resend_before:  # a reply from before a push that aborted it: send it again
+                attempt -= 1
+                self.resent += 1
+                continue
             gen = self.parse_response(data, request.request_id)
+            if gen.policy_version is None:
+                gen.policy_version = version
             gen.timings_ms = {"http_ms": http_ms, "attempts": attempt,
                               "total_ms": (time.perf_counter() - t_start) * 1000.0}
             return gen
         raise PolicyError(f"request {request.request_id}: {self.url} gave no reply after {self.retries + 1} "
                           f"attempts; last: {cause}")
+
+    def _sent(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def _answered(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
     async def _post(self, body: bytes, request_id: str) -> Any:
         """One attempt: the parsed JSON body of a 200 reply; _Retryable or PolicyError otherwise."""
@@ -301,9 +382,21 @@ class OpenAIModel(LanguageModel):
 
         usage = data.get("usage") if isinstance(data, dict) else None
         prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        metadata = data.get("metadata") if isinstance(data, dict) else None
+        served = _parse_version(metadata.get("weight_version") if isinstance(metadata, dict) else None)
         return Generation(text=text, token_ids=token_ids, logprobs=logprobs,
+                          logprobs_of=self.logprobs_of if logprobs is not None else None,
                           prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
-                          finish_reason=choice.get("finish_reason"))
+                          finish_reason=choice.get("finish_reason"), policy_version=served)
+
+
+def _parse_version(value: Any) -> int | None:
+    """A policy version from a server's weight-version label (this project pushes decimal integers)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
 
 
 def _parse_token_ids(entries: list[Any]) -> list[int] | None:

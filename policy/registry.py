@@ -32,6 +32,7 @@ class BackendConfig:
     timeout_s: float = 120.0  # openai: per request
     image_transport: str = "data_url"  # openai: data_url | file_url (a server allowed to read the run dir)
     token_ids: bool = False  # openai: ask a vLLM server for the generated token ids (training needs them)
+    logprobs_of: str | None = None  # openai: what the server's log-probs are of (engine.model_api.LOGPROBS_KINDS)
     sim_speed: float = 1.0  # simulated: divides every latency
 
 
@@ -50,7 +51,8 @@ def make_model(name: str, backend: BackendConfig, seed: int = 0, max_in_flight: 
         from policy.openai_backend import OpenAIModel
         return OpenAIModel(backend.base_url, backend.model, api_key=os.environ.get(backend.api_key_env),
                            max_in_flight=max_in_flight, timeout_s=backend.timeout_s,
-                           image_transport=backend.image_transport, run_dir=run_dir, token_ids=backend.token_ids)
+                           image_transport=backend.image_transport, run_dir=run_dir, token_ids=backend.token_ids,
+                           logprobs_of=backend.logprobs_of)
     if name == "hf":
         from policy.hf_backend import HFModel
         return HFModel(backend.model, device=backend.device, max_batch=backend.max_batch)

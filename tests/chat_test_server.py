@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 
 from aiohttp import web
 
-from engine.model_api import ChatRequest, LanguageModel, SamplingParams
+from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
 
 _DATA_URL_PREFIX = "data:image/jpeg;base64,"
 
@@ -92,8 +92,7 @@ class ChatTestServer:
     async def start(self) -> None:
         """Listen on 127.0.0.1 (a random port the first time, the same port on a restart)."""
         app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._handle)
-        app.router.add_get("/v1/models", self._models)
+        self.add_routes(app)
         # handler_cancellation: a client that hangs up cancels its request, as in vLLM; a tiny
         # shutdown_timeout so kill() does not wait for handlers (0 would mean "no timeout" in aiohttp).
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.01, access_log=None)
@@ -131,6 +130,19 @@ class ChatTestServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    def add_routes(self, app: web.Application) -> None:
+        """The server's endpoints (subclasses add theirs)."""
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_get("/v1/models", self._models)
+
+    async def generate(self, chat: ChatRequest) -> Generation:
+        """The model's reply to one request (subclasses hold or abort it)."""
+        return await self.model.generate(chat)
+
+    def reply_fields(self, gen: Generation) -> dict[str, Any]:
+        """Extra top-level fields of the reply with ``gen`` (subclasses: the weights' version)."""
+        return {}
 
     # -- fault injection -----------------------------------------------------------------------------------
 
@@ -191,7 +203,7 @@ class ChatTestServer:
             chat = self._to_chat_request(payload)
         except _BadRequest as exc:
             return _error(400, str(exc))
-        gen = await self.model.generate(chat)
+        gen = await self.generate(chat)
 
         text = gen.text
         message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -206,16 +218,20 @@ class ChatTestServer:
             logprobs = {"content": [
                 {"token": (f"token_id:{t}" if as_ids else f"<{t}>"), "logprob": lp, "bytes": None, "top_logprobs": []}
                 for t, lp in zip(ids, gen.logprobs, strict=True)]}
+        choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": logprobs,
+                                  "finish_reason": gen.finish_reason or "stop"}
+        if payload.get("return_token_ids") and gen.token_ids is not None:
+            choice["token_ids"] = gen.token_ids  # vLLM's and SGLang's return_token_ids
         completion_tokens = len(gen.token_ids) if gen.token_ids is not None else 0
         prompt_tokens = gen.prompt_tokens or 0
         self.completed += 1
         return web.json_response({
             "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": int(time.time()),
             "model": self.served_model_name,
-            "choices": [{"index": 0, "message": message, "logprobs": logprobs,
-                         "finish_reason": gen.finish_reason or "stop"}],
+            "choices": [choice],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
+            **self.reply_fields(gen),
         })
 
     def _to_chat_request(self, payload: dict[str, Any]) -> ChatRequest:

@@ -19,15 +19,8 @@ pytest.importorskip("torch")
 
 from safetensors.torch import load_file  # noqa: E402
 
+from bench.rl_loop import COIN_TASKS  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
-
-COIN_TASKS = [
-    {"task_id": f"coin-{i}", "task_name": f"Look around the {site} site.", "website": f"{{SITES}}/{site}/",
-     "difficulty": 1,
-     "evaluator_reference": [{"id": 1, "description": "luck", "facts": ["a coin flip"],
-                              "checks": [{"kind": "js", "expr": "Math.random() < 0.5"}]}]}
-    for i, site in enumerate(["wiki", "shop", "forum", "travel"])
-]
 
 
 def weights(path: Path) -> dict:
@@ -72,9 +65,10 @@ window = 1
     return config
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_grpo_iterations_update_the_weights_and_keep_versions(tmp_path: Path, mode: str) -> None:
-    config = loop_config(tmp_path, mode)
+def test_grpo_iterations_update_the_weights_and_keep_versions(tmp_path: Path) -> None:
+    # The synchronous loop is tested against a served policy (tests/test_served_policy.py); this is the in-process
+    # backend from the command line, in async mode, where the weights change under running episodes.
+    config = loop_config(tmp_path, "async")
     proc = subprocess.run([sys.executable, "-m", "cli.main", "train", str(config)], capture_output=True,
                           text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -83,13 +77,9 @@ def test_grpo_iterations_update_the_weights_and_keep_versions(tmp_path: Path, mo
     first, second = reports
     assert first["episodes"] == second["episodes"] == 16 and first["versions_seen"] == [0]
     assert first["samples"] > 0 and first["version"] == 1 and first["checkpoint"], first
-    # sync: the second batch ran on the new weights. async: it started before the update, so its early steps
-    # come from version 0 and, once the weights were swapped mid-episode, its later ones from version 1; one
-    # version behind is within the staleness bound, so nothing is dropped.
-    if mode == "sync":
-        assert second["versions_seen"] == [1]
-    else:
-        assert second["versions_seen"][0] == 0 and set(second["versions_seen"]) <= {0, 1}
+    # The second batch started before the update, so its early steps come from version 0 and, once the weights
+    # were swapped mid-episode, its later ones from version 1; one version behind is within the staleness bound.
+    assert second["versions_seen"][0] == 0 and set(second["versions_seen"]) <= {0, 1}
     assert second["stale_dropped"] == 0
     before, after = weights(tmp_path / "model"), weights(Path(first["checkpoint"]))
     changed = [k for k in before if not (before[k] == after[k]).all()]

@@ -88,7 +88,8 @@ def train_model(config: str, run_dirs: tuple[str, ...], runs: tuple[str, ...], o
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 def train_loop(config: str) -> None:
     """Run the RL loop of CONFIG (TOML: the loop's keys, the trainer's in [train]): roll out with the current
-    policy, reward, build samples, train, load the new weights in place; repeat."""
+    policy, reward, build samples, train, push the new weights into the policy (in-process, or vLLM / SGLang
+    servers) in place; repeat."""
     import uvloop
 
     from train.config import ConfigError
@@ -99,9 +100,11 @@ def train_loop(config: str) -> None:
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     for r in uvloop.run(run_loop(cfg)):
+        busy = r.browser_busy_training
+        busy_text = f", browsers {busy:.0%} busy while training" if busy is not None else ""
         click.echo(f"iteration {r.iteration}: {r.episodes} episodes (versions {r.versions_seen}), success "
                    f"{r.success_rate:.0%}, {r.samples} samples ({r.stale_dropped} stale dropped) -> version {r.version}"
-                   f"  [rollout {r.rollout_s:.0f} s, train {r.train_s:.0f} s]")
+                   f"  [waited {r.wait_s:.0f} s for rollouts, trained {r.train_s:.0f} s{busy_text}]")
 
 
 @click.group()

@@ -1,0 +1,162 @@
+"""The RL loop with a served policy: weights pushed into running servers, versions recorded, staleness bounded.
+
+vLLM and SGLang cannot run here (they need a GPU); :class:`tests.served_model_server.ServedModelTestServer` stands
+in for them: the OpenAI protocol over real HTTP around a tiny transformers model, with the real servers'
+weight-update endpoints (vLLM's weight-transfer API with the disk backend; SGLang's update_weights_from_disk).
+The tasks' check is a coin flip, as in tests/test_rl_loop.py: GRPO needs reward variance, not a capable model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from bench.rl_loop import COIN_TASKS  # noqa: E402
+from engine.model_api import ChatRequest, SamplingParams  # noqa: E402
+from policy.hf_backend import HFModel  # noqa: E402
+from policy.openai_backend import OpenAIModel  # noqa: E402
+from policy.tiny_models import build_tiny_model  # noqa: E402
+from policy.weight_sync import server_sync  # noqa: E402
+from tests.served_model_server import ServedModelTestServer  # noqa: E402
+from train.config import TrainConfig  # noqa: E402
+from train.loop import LoopConfig, run_loop  # noqa: E402
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny Qwen3-VL and the same model with other weights (a stand-in for a trained checkpoint)."""
+    root = tmp_path_factory.mktemp("served")
+    first = build_tiny_model(root / "model", "qwen3_vl", seed=0, hidden_size=64, num_layers=2)
+    second = build_tiny_model(root / "trained", "qwen3_vl", seed=1, hidden_size=64, num_layers=2)
+    return first, second
+
+
+def chat(i: int, max_tokens: int = 8) -> ChatRequest:
+    return ChatRequest(f"r{i}", [{"role": "user", "content": [{"type": "text", "text": f"hello {i}"}]}], {},
+                       SamplingParams(temperature=0.0, max_tokens=max_tokens))
+
+
+@pytest.mark.parametrize(("flavor", "mode"), [("vllm", "abort"), ("sglang", "wait")])
+async def test_push_changes_the_served_weights_and_labels_every_reply(models: tuple[Path, Path], flavor: str,
+                                                                      mode: str) -> None:
+    first, second = models
+    async with ServedModelTestServer(HFModel(str(first), device="cpu"), flavor) as server:
+        client = OpenAIModel(server.base_url, "policy", token_ids=flavor == "vllm", logprobs_of="model")
+        sync = server_sync(flavor, [client], mode)  # type: ignore[arg-type]
+        await client.start()
+        try:
+            await sync.start()
+            before = await client.generate(chat(0))
+            assert before.policy_version == 0
+            # Requests in flight when the push begins: aborted and sent again (abort), or finished first (wait).
+            server.generation_delay_s = 0.3
+            in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(1, 5)]
+            await asyncio.sleep(0.1)
+            report = await sync.push(second, 1)
+            server.generation_delay_s = 0.0
+            replies = await asyncio.gather(*in_flight)
+            after = await client.generate(chat(0))
+        finally:
+            await sync.close()
+            await client.close()
+    assert report.in_flight == 4 and server.weight_version == "1"
+    assert server.updates == [(str(second), "1")]
+    if mode == "abort":
+        assert server.aborted == 4 and report.resent == 4 and client.resent == 4
+        assert {r.policy_version for r in replies} == {1}  # answered by the new weights, and recorded so
+    else:
+        assert server.aborted == 0 and report.resent == 0
+        assert {r.policy_version for r in replies} == {0}  # finished on the old weights, and recorded so
+    assert after.policy_version == 1
+    assert (after.text, after.logprobs) != (before.text, before.logprobs)  # the pushed weights answer now
+
+
+def loop_config(tmp_path: Path, model: Path, url: str, flavor: str, mode: str, iterations: int) -> LoopConfig:
+    tasks = tmp_path / "coin.jsonl"
+    tasks.write_text("\n".join(json.dumps(t) for t in COIN_TASKS) + "\n")
+    train = TrainConfig.from_dict({
+        "model_dir": str(model), "algorithm": "grpo", "lr": 1e-3, "max_steps": 1, "batch_size": 8,
+        "cpu_threads": 1, "progress": False, "tensorboard": False, "plots": False,
+        "agent": {"response_format": "vanilla", "window": 1}}, "test")
+    cfg = LoopConfig(train=train, tasks=str(tasks), iterations=iterations, mode=mode, staleness=1,
+                     samples_per_task=4, concurrency=16, policy=flavor, servers=[url], served_model="policy",
+                     push_mode="abort" if flavor == "vllm" else "wait", temperature=0.7, top_p=0.9, max_tokens=8,
+                     step_caps=(1, 1, 1), output_dir=str(tmp_path / "rl"))
+    cfg.validate()
+    return cfg
+
+
+def episodes(tmp_path: Path) -> list[dict]:
+    [run_dir] = (tmp_path / "rl" / "rollouts").iterdir()
+    return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+
+
+async def test_async_loop_pushes_into_the_server_without_stopping_the_rollouts(
+        tmp_path: Path, models: tuple[Path, Path]) -> None:
+    model, _ = models
+    # vLLM's default log-probs are the model's own ("raw_logprobs"), which the in-process backend records too.
+    async with ServedModelTestServer(HFModel(str(model), device="cpu"), "vllm") as server:
+        cfg = loop_config(tmp_path, model, server.base_url, "vllm", "async", iterations=3)
+        server.restart_clock()
+        reports = await run_loop(cfg)
+        server_idle = server.idle_fraction()
+    # The measured idle fractions, in the test's log (pytest -s, or on failure).
+    print("async loop:", [{k: r.__dict__[k] for k in ("iteration", "version", "versions_seen", "max_staleness",
+                                                        "groups_ahead", "wait_s", "train_s", "browser_busy",
+                                                        "browser_busy_training",
+                                                        "policy_idle", "policy_idle_training", "push")}
+                          for r in reports], f"server idle {server_idle:.2f}")
+    assert [r.version for r in reports] == [1, 2, 3]
+    assert server.weight_version == "3" and [v for _, v in server.updates] == ["1", "2", "3"]
+    assert all(r.samples > 0 and r.push is not None for r in reports)
+    assert all(r.max_staleness <= cfg.staleness for r in reports)  # nothing older than the bound was trained on
+    # The pool did not stop for the trainer: when each training began (but the last, after which no rollout is
+    # needed), groups beyond the ones trained were already running, and the browsers worked while it trained. How
+    # much they worked depends on how fast rollouts are next to training (the staleness bound holds them back
+    # when they are faster): the fractions are in the log above.
+    assert all(r.groups_ahead > 0 for r in reports[:-1])
+    assert reports[0].browser_busy_training is not None and reports[0].browser_busy_training > 0
+    records = episodes(tmp_path)
+    assert all(s["policy_version"] in (0, 1, 2, 3) for r in records for s in r["steps"])
+    # Rollouts went on across the pushes, each step with the version that served it.
+    assert {0, 1} <= {s["policy_version"] for r in records for s in r["steps"]}
+    assert all(s["token_ids"] and len(s["token_ids"]) == len(s["logprobs"]) for r in records for s in r["steps"])
+
+
+async def test_sync_loop_on_sglang_trains_each_batch_on_one_version(tmp_path: Path, models: tuple[Path, Path]) -> None:
+    model, _ = models
+    # SGLang's default log-probs are tempered (log_softmax(logits / T)); the trainer computes the same ones.
+    hf = HFModel(str(model), device="cpu", logprobs_of="temperature")
+    async with ServedModelTestServer(hf, "sglang") as server:
+        cfg = loop_config(tmp_path, model, server.base_url, "sglang", "sync", iterations=2)
+        reports = await run_loop(cfg)
+    assert [r.versions_seen for r in reports] == [[0], [1]]
+    assert server.weight_version == "2"
+    # Nothing rolled out while the trainer trained: the synchronous baseline's cost.
+    assert all(r.groups_ahead == 0 for r in reports)
+    assert all(r.browser_busy_training is not None and r.browser_busy_training < 0.05 for r in reports)
+    metrics = [json.loads(line) for line in (tmp_path / "rl" / "iter-000" / "metrics.jsonl").read_text().splitlines()]
+    # Behaviour log-probs recorded by the server equal the trainer's before the update: w = 1.
+    assert metrics[0]["mean_is_weight"] == pytest.approx(1.0, abs=2e-3)
+
+
+def test_the_loop_refuses_served_settings_it_cannot_train_on(tmp_path: Path, models: tuple[Path, Path]) -> None:
+    from train.config import ConfigError
+
+    model, _ = models
+    cfg = loop_config(tmp_path, model, "http://127.0.0.1:9/v1", "vllm", "async", iterations=1)
+    cfg.logprobs_of = "sampler"  # after top_p 0.9: GRPO's importance weights would compare two distributions
+    with pytest.raises(ConfigError, match="cannot reproduce"):
+        cfg.validate()
+    cfg.logprobs_of, cfg.top_p, cfg.temperature = "sampler", 1.0, 1.0  # nothing applied: the model's own
+    cfg.validate()
+    cfg.servers = []
+    with pytest.raises(ConfigError, match="needs servers"):
+        cfg.validate()
