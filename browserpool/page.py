@@ -26,7 +26,8 @@ from browserpool.protocol import BrowserAction, PageEvent
 
 _SETTLE_EXPR = (
     "(window.__wgSettle ? window.__wgSettle({quiet}, {cap}) : Promise.resolve('quiet'))"
-    ".then(s => [s, location.href, document.title])"
+    ".then(s => [s, location.href, document.title,"
+    " (performance.getEntriesByType('navigation')[0] || {{}}).responseStatus || null])"
 )
 
 
@@ -173,6 +174,7 @@ class EpisodePage:
         self._adopt: str | None = None
         self.url = "about:blank"
         self.title = ""
+        self.status: int | None = None  # the main document's HTTP status, as of the last settle
         self._loading = False
         self._stopped = asyncio.Event()
         self._stopped.set()
@@ -437,7 +439,7 @@ class EpisodePage:
         self.origins.clear()
         self.top_sites.clear()
         await self.forget_history()
-        self.url, self.title = "about:blank", ""
+        self.url, self.title, self.status = "about:blank", "", None
         self.note, self._adopt = None, None
         self.events.clear()
 
@@ -487,9 +489,10 @@ class EpisodePage:
             except PlaywrightError:
                 continue  # the document went away mid-check: a navigation; check the new one
             value = res.get("result", {}).get("value")
-            if not isinstance(value, list):
+            if not isinstance(value, list) or len(value) != 4:
                 continue
-            state, self.url, self.title = value
+            state, self.url, self.title, status = value
+            self.status = status if isinstance(status, int) and status > 0 else None
             self._note_origin(self.url)
             if state == "navigating" or self._loading:
                 # The document is leaving; wait for the browser to report the load (or give up on it).

@@ -122,6 +122,9 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # What the page did besides the action since the previous observation (refused loads, popups,
     # downloads, file choosers, dialogs); None when nothing happened.
     events: list[PageEvent] | None = None
+    # The HTTP status of the document's main response (Navigation Timing's responseStatus); None when the
+    # document has none (about:blank, a browser error page, a document written by script).
+    status: int | None = None
 
 
 # --- messages -----------------------------------------------------------------------------------

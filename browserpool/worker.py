@@ -331,7 +331,7 @@ class BrowserWorker:
         if not shot:
             return P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                                  self.cfg.viewport_height, None, None, timings, point, note, None, probe, None,
-                                 ep.slot.events.take())
+                                 ep.slot.events.take(), page.status)
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
@@ -370,7 +370,7 @@ class BrowserWorker:
         ref = self.ring.write(image) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else image, timings, point, note, elements,
-                            probe, change, ep.slot.events.take())
+                            probe, change, ep.slot.events.take(), page.status)
         return obs  # a Reply's body: msgspec encodes the struct as an array
 
     async def _new_context(self) -> ContextSlot:

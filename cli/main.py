@@ -24,6 +24,7 @@ from cli.tasks import tasks as tasks_group
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.config import RunConfig
 from engine.core import EngineCore, new_run_dir
+from engine.domains import DEFAULT_DOMAIN_LIMIT
 from engine.judge import JudgeConfig, RubricJudge
 from engine.judging import rejudge
 from engine.miniwob import is_miniwob_spec, miniwob_mount
@@ -145,6 +146,13 @@ def main() -> None:
                    "reused. 0: off.")
 @click.option("--browser-memory-mib", type=click.IntRange(0), default=8192, show_default=True,
               help="A browser whose process tree (PSS) is above this is recycled between episodes. 0: off.")
+# --- websites ---
+@click.option("--domain-limit", type=click.IntRange(0), default=DEFAULT_DOMAIN_LIMIT, show_default=True,
+              help="Episodes at once on one website (host name); the engine's own sites have no cap. 0: no cap.")
+@click.option("--blocklist", "blocklist_path", type=click.Path(dir_okay=False), default=None,
+              help="The blocklist file (shared by several runs); default: blocklist.json in the run directory.")
+@click.option("--blocklist-hours", type=click.FloatRange(0, min_open=True), default=12.0, show_default=True,
+              help="How long a domain that blocked the agent is skipped.")
 @net_policy_options
 def run_cmd(**opts: Any) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
@@ -182,7 +190,8 @@ def run_cmd(**opts: Any) -> None:
             reward=o.reward, secret_env=tuple(dict.fromkeys(["OPENAI_API_KEY", o.api_key_env])),
             straggler_fraction=o.straggler_fraction if o.stragglers else None,
             straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,
-            episode_timeout_s=o.episode_timeout, policy_step_timeout_s=o.policy_step_timeout)
+            episode_timeout_s=o.episode_timeout, policy_step_timeout_s=o.policy_step_timeout,
+            domain_limit=o.domain_limit, blocklist=o.blocklist_path, blocklist_ttl_s=o.blocklist_hours * 3600)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if o.reward == "judge" and not o.judge_base_url:

@@ -1,4 +1,4 @@
-"""``webgym-engine tasks ...``: validate, describe, sample and decompose task files.
+"""``webgym-engine tasks ...``: validate, describe, sample and decompose task files; show or clear the blocklist.
 
 Registered on the main command line by ``cli.main``; also runs alone: ``python -m cli.tasks``.
 """
@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,43 @@ async def _decompose_rewritten(task_list: list[Task], base_url: str, model_name:
         return await decompose_async(task_list, model_rewriter(model), concurrency=concurrency)
     finally:
         await model.close()
+
+
+@tasks.command("blocklist")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--clear", "clear_domain", default=None, metavar="DOMAIN",
+              help="Remove DOMAIN's entry (\"all\": every entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+def blocklist_cmd(path: Path, clear_domain: str | None, as_json: bool) -> None:
+    """Show the blocked domains of PATH (a run directory's blocklist.json, or a shared one), or clear entries.
+
+    Domains land there when the judge says the site blocked the agent or a start page was a block page (HTTP 403
+    or 429, a challenge page); their tasks are skipped, with a record that says so, until the entry expires."""
+    from engine.blocklist import Blocklist
+
+    if path.is_dir():
+        path = path / "blocklist.json"
+    try:
+        blocklist = Blocklist(path)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if clear_domain is not None:
+        removed = blocklist.clear(None if clear_domain == "all" else clear_domain)
+        click.echo(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {path}")
+        return
+    entries = blocklist.entries()
+    if as_json:
+        click.echo(json.dumps([e.__dict__ for e in entries], indent=1))
+        return
+    if not entries:
+        click.echo(f"{path}: no blocked domain")
+        return
+    table = Table(title=f"blocked domains ({path})")
+    for column in ("domain", "until (UTC)", "source", "reason"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(e.domain, time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.until)), e.source, e.reason)
+    Console().print(table)
 
 
 if __name__ == "__main__":

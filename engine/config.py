@@ -8,7 +8,9 @@ import os
 from dataclasses import dataclass, field
 
 from browserpool.config import WorkerConfig
+from engine.blocklist import DEFAULT_TTL_S
 from engine.bounds import PageLimits
+from engine.domains import DEFAULT_DOMAIN_LIMIT
 from engine.rollout import REWARD_MODES, RolloutSettings
 from engine.tasks import BUNDLED_TASKS
 
@@ -59,6 +61,12 @@ class RunConfig:
     episode_timeout_s: float | None = 900.0
     policy_step_timeout_s: float | None = 300.0
     page_limits: PageLimits = field(default_factory=PageLimits)
+    # Websites (engine.domains, engine.blocklist): at most domain_limit episodes at once per domain (0: no cap;
+    # the engine's own sites have none); domains on the blocklist (a JSON file: None means blocklist.json in the
+    # run directory) are skipped with a record until their entry expires after blocklist_ttl_s.
+    domain_limit: int = DEFAULT_DOMAIN_LIMIT
+    blocklist: str | None = None
+    blocklist_ttl_s: float = DEFAULT_TTL_S
 
     def rollout_settings(self, policy_version: int = 0) -> RolloutSettings:
         """The per-rollout settings of this run (every client of the core uses these)."""
@@ -76,6 +84,8 @@ class RunConfig:
             raise ValueError(f"RunConfig.mode must be 'async' or 'sync', not {self.mode!r}")
         if self.reward not in REWARD_MODES:
             raise ValueError(f"RunConfig.reward must be one of {REWARD_MODES}, not {self.reward!r}")
+        if self.domain_limit < 0 or self.blocklist_ttl_s <= 0:
+            raise ValueError("RunConfig.domain_limit must be >= 0 and blocklist_ttl_s > 0")
         if self.straggler_fraction is not None and not 0 < self.straggler_fraction <= 1:
             raise ValueError("RunConfig.straggler_fraction must be in (0, 1]")
         if self.concurrency < 1 or self.workers < 1:

@@ -29,7 +29,9 @@ from typing import Any
 
 from browserpool.auth import KeyFileError, ServerKeys
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
+from engine.blocklist import Blocklist
 from engine.config import RunConfig
+from engine.domains import DomainQueue, domain_of
 from engine.judge import RubricJudge
 from engine.judging import JudgeQueue
 from engine.policy_api import Policy
@@ -106,7 +108,9 @@ class EngineCore:
         self._verdict_hooks: dict[str, Callable[[dict[str, Any]], None]] = {}
         self._policies: dict[int, tuple[Policy, asyncio.Future[None]]] = {}
         self._samples: dict[str, int] = {}
-        self._pending: asyncio.Queue[Rollout] = asyncio.Queue()
+        self._pending: DomainQueue[Rollout] = DomainQueue(lambda r: domain_of(r.task.website), cfg.domain_limit,
+                                                           exempt=self._own_site)
+        self.blocklist: Blocklist | None = None  # opened by start() (its default file is in the run directory)
         self._jobs: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._runners: list[asyncio.Task[None]] = []
         self._sampler: asyncio.Task[None] | None = None
@@ -132,6 +136,7 @@ class EngineCore:
                 self.run_dir = Path(self.cfg.run_dir) if self.cfg.run_dir else new_run_dir(self.cfg.output_dir)
                 self.store = RunStore(self.run_dir)  # the directory's writer lock (RunDirBusy if taken)
             assert self.run_dir is not None
+            self.blocklist = Blocklist(self.cfg.blocklist or self.run_dir / "blocklist.json", self.cfg.blocklist_ttl_s)
             self.store.write_manifest({**asdict(self.cfg), "run_dir": str(self.run_dir),
                                        "sites_base_url": self.base_url, **(manifest or {})})
             if self.cfg.telemetry:
@@ -226,6 +231,9 @@ class EngineCore:
     def _on_verdict(self, judgement: dict[str, Any], record: dict[str, Any]) -> None:
         self.stats.record_verdict(judgement)
         merged = merge_judgement(record, judgement)
+        reward = judgement.get("reward") or {}
+        if reward.get("reason") == "blocked":  # the judge saw the site block the agent
+            self._block(str((record.get("task") or {}).get("website") or ""), "the judge's verdict: blocked", "judge")
         hook = self._verdict_hooks.pop(record["episode_id"], None)
         if hook is not None:
             hook(merged)
@@ -352,19 +360,55 @@ class EngineCore:
         return [asyncio.ensure_future(self._runner()) for _ in range(self.cfg.concurrency)]
 
     async def _runner(self) -> None:
-        # Asynchronous mode (level 1): each runner takes the next episode as soon as its last one ends.
+        # Asynchronous mode (level 1): each runner takes the next episode (of a domain with room) as soon as its
+        # last one ends.
         while True:
             rollout = await self._pending.get()
-            await self._run_queued(rollout)
+            try:
+                await self._run_queued(rollout)
+            finally:
+                self._pending.done(rollout)
 
     async def _run_queued(self, rollout: Rollout) -> None:
         if rollout.finished:
             return
         if rollout.cut_requested:
             await rollout.end_with_error("straggler", self._straggler_reason)
-        elif await self._policy_started(rollout):
+        elif not await self._skipped_as_blocked(rollout) and await self._policy_started(rollout):
             await self.run_episode(rollout, self._redelivery(rollout))
+            self._note_block(rollout)
         self._deliver(rollout)
+
+    def _own_site(self, rollout: Rollout) -> bool:
+        """Whether the rollout's task is on the engine's own sites (no domain cap, never blocked)."""
+        return self._is_own(rollout.task.website)
+
+    def _is_own(self, website: str) -> bool:
+        return bool(self.base_url) and website.startswith(self.base_url or "")
+
+    async def _skipped_as_blocked(self, rollout: Rollout) -> bool:
+        """End the rollout with a ``blocked_domain`` record when its site is on the blocklist; whether it did."""
+        if self.blocklist is None or self._own_site(rollout):
+            return False
+        domain = domain_of(rollout.task.website)
+        entry = self.blocklist.blocked(domain)
+        if entry is None:
+            return False
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.until))
+        await rollout.end_with_error("blocked_domain", f"{domain} is on the blocklist until {until} "
+                                                       f"({entry.reason}; from the {entry.source})")
+        return True
+
+    def _note_block(self, rollout: Rollout) -> None:
+        """An episode that ended on a block page puts its domain on the blocklist."""
+        error = (rollout.record or {}).get("error") or {}
+        if error.get("kind") == "blocked":
+            self._block(rollout.task.website, str(error.get("message") or "a block page"), "page")
+
+    def _block(self, website: str, reason: str, source: str) -> None:
+        domain = domain_of(website)
+        if self.blocklist is not None and domain and not self._is_own(website):
+            self.blocklist.add(domain, reason, source)
 
     async def _policy_started(self, rollout: Rollout) -> bool:
         """Start the rollout's policy; a policy that cannot start ends its episodes (error records), not the
@@ -383,13 +427,15 @@ class EngineCore:
             batch = [await self._pending.get()]
             while len(batch) < self.cfg.concurrency and not self._pending.empty():
                 batch.append(self._pending.get_nowait())
-            live = [r for r in batch if await self._policy_started(r)]
+            live = [r for r in batch if not await self._skipped_as_blocked(r) and await self._policy_started(r)]
             with contextlib.ExitStack() as verdicts:
                 for r in live:
                     verdicts.enter_context(self._awaiting_verdict(r, self._redelivery(r)))
                 while active := [r for r in live if not r.finished]:
                     await asyncio.gather(*(r.advance() for r in active))
             for r in batch:
+                self._pending.done(r)
+                self._note_block(r)
                 self._deliver(r)
 
     def _redelivery(self, rollout: Rollout) -> Callable[[dict[str, Any]], None] | None:

@@ -93,8 +93,8 @@ class PageEvent(TypedDict):
 
 class RecordError(TypedDict):
     """What ended an episode (``error``) or one of its earlier attempts (``previous_errors``): an error kind
-    (``worker_lost``, ``browser_timeout``, ``policy``, ``episode_timeout``, ``straggler``, ``internal``...) and
-    its message (capped, credentials masked)."""
+    (``worker_lost``, ``browser_timeout``, ``policy``, ``episode_timeout``, ``straggler``, ``blocked`` (a block page),
+    ``blocked_domain`` (a site on the blocklist), ``internal``...) and its message (capped, credentials masked)."""
 
     kind: str
     message: str
@@ -153,6 +153,7 @@ class StepRecord(TypedDict, total=False):
     title: str
     screenshot: str | None  # what the policy saw, relative to the run directory
     settled: bool
+    http_status: int  # the page's main document's HTTP status, when it had one
     action: Required[ActionRecord]
     action_text: str  # the action in one line (AgentAction.describe)
     reply: str  # the raw model output, or a description for non-model policies

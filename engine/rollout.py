@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
+from engine.blocklist import block_reason
 from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
 from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
@@ -174,6 +175,7 @@ class Rollout:
         self.history: list[StepView] = []
         self.current: StepView | None = None
         self.current_frame_path: str | None = None
+        self.current_status: int | None = None  # the current page's main document's HTTP status
         self.current_truncated: list[str] = []  # what the caps cut from the current observation
         self.page_url = ""  # the current page's real URL (records and prompts get it masked and capped)
         self.open_events: list[dict[str, str]] | None = None  # what the start page did as it loaded
@@ -181,7 +183,7 @@ class Rollout:
         self.frames_taken = 0
         self.answer: str | None = None
         self.over = False
-        self.started_at = time.time()
+        self.started_at = time.time()  # reset when the episode starts running (its record counts from then)
         self.t0 = time.monotonic()
         self.timings: dict[str, float] = {}
 
@@ -250,6 +252,8 @@ class Rollout:
         return self.record is not None
 
     async def _begin(self) -> None:
+        if self.attempts == 0:
+            self.started_at, self.t0 = time.time(), time.monotonic()
         self.attempts += 1
         self._set(State.WAITING)
         t = time.monotonic()
@@ -271,6 +275,9 @@ class Rollout:
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame, self._bound(obs))
         self.open_events = _events(obs)  # what the start page did as it loaded (refused loads, popups...)
+        blocked = block_reason(obs.status, obs.title)
+        if blocked is not None:  # the site refuses the agent: the core puts its domain on the blocklist
+            raise _EpisodeError("blocked", f"{blocked} ({self.page_url[:200]})")
         if isinstance(obs.probe, dict) and "error" not in obs.probe:
             self.page_state = obs.probe
             utterance = obs.probe.get("utterance")
@@ -294,6 +301,7 @@ class Rollout:
         step: StepRecord = {
             "step": index, "url": self.current.url, "title": self.current.title,
             "screenshot": self.current_frame_path, "settled": self.current.settled,
+            **({"http_status": self.current_status} if self.current_status is not None else {}),
             "action": action.to_dict(), "action_text": action.describe(), "reply": reply.text,
             "thought": reply.thought, "parse_error": reply.parse_error,
             "policy_version": (reply.policy_version if reply.policy_version is not None
@@ -426,6 +434,7 @@ class Rollout:
             path = self.ctx.store.write_frame(self.episode_id, self.frames_taken, frame.view)
             self.frames_taken += 1
             jpeg = bytes(frame.view)
+        self.current_status = obs.status  # the page's main document's HTTP status
         changed = None
         if self.current is not None:
             # The worker compares consecutive screenshots; its first one of an episode has nothing to compare. Any

@@ -26,8 +26,6 @@ from tests.served_model_server import ServedModelTestServer  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.loop import LoopConfig, run_loop  # noqa: E402
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -43,6 +41,7 @@ def chat(i: int, max_tokens: int = 8) -> ChatRequest:
                        SamplingParams(temperature=0.0, max_tokens=max_tokens))
 
 
+@pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize(("flavor", "mode"), [("vllm", "abort"), ("sglang", "wait")])
 async def test_push_changes_the_served_weights_and_labels_every_reply(models: tuple[Path, Path], flavor: str,
                                                                       mode: str) -> None:
@@ -98,6 +97,7 @@ def episodes(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.asyncio(loop_scope="session")
 async def test_async_loop_pushes_into_the_server_without_stopping_the_rollouts(
         tmp_path: Path, models: tuple[Path, Path]) -> None:
     model, _ = models
@@ -130,6 +130,7 @@ async def test_async_loop_pushes_into_the_server_without_stopping_the_rollouts(
     assert all(s["token_ids"] and len(s["token_ids"]) == len(s["logprobs"]) for r in records for s in r["steps"])
 
 
+@pytest.mark.asyncio(loop_scope="session")
 async def test_sync_loop_on_sglang_trains_each_batch_on_one_version(tmp_path: Path, models: tuple[Path, Path]) -> None:
     model, _ = models
     # SGLang's default log-probs are tempered (log_softmax(logits / T)); the trainer computes the same ones.

@@ -1,0 +1,86 @@
+"""A local "open web" for tests: several websites on one loopback HTTP server, told apart by their host name.
+
+The browser workers map the names to 127.0.0.1 (``WorkerConfig.net_hosts``, used by the network proxy instead of
+DNS), so a page at ``http://shop.test:PORT/`` is another site than ``http://news.test:PORT/`` for the engine's
+domain limits and blocklist, as live websites are. Hosts whose name says what they do:
+
+- ``blocked.test``: every page is HTTP 403 with an "Access denied" page (a site that blocks agents);
+- ``limited.test``: HTTP 429 with ``Retry-After: 120`` (a rate limiter);
+- ``challenge.test``: HTTP 200 with a bot-wall challenge page ("Just a moment...");
+- any other name: a plain page titled with the host's name, answered after ``delay_s`` (so that episodes of
+  several sites overlap in time).
+
+Every page request is counted per host (:attr:`OpenWeb.hits`; favicons are not pages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+
+from aiohttp import web
+
+HOSTS = ("shop.test", "news.test", "wiki.test", "travel.test", "blocked.test", "limited.test", "challenge.test")
+
+
+class OpenWeb:
+    """The server, in a thread of its own (``with OpenWeb() as web: web.url("shop.test")``)."""
+
+    def __init__(self, delay_s: float = 0.3) -> None:
+        self.delay_s = delay_s
+        self.hits: Counter[str] = Counter()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="openweb", daemon=True)
+
+    def url(self, host: str, path: str = "/") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    @property
+    def net_hosts(self) -> dict[str, str]:
+        """The worker's name -> address map for these sites."""
+        return dict.fromkeys(HOSTS, "127.0.0.1")
+
+    def __enter__(self) -> OpenWeb:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", self._page)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _page(self, request: web.Request) -> web.Response:
+        host = (request.host or "").split(":")[0]
+        if request.path == "/favicon.ico":  # the browser's own request, not a page load
+            return web.Response(status=404)
+        self.hits[host] += 1
+        if host == "blocked.test":
+            return _html(403, "Access denied", "You do not have permission to access this site.")
+        if host == "limited.test":
+            return _html(429, "Too many requests", "Slow down.", {"Retry-After": "120"})
+        if host == "challenge.test":
+            return _html(200, "Just a moment...", "Checking your browser before accessing the site.")
+        await asyncio.sleep(self.delay_s)
+        return _html(200, host, f"Welcome to {host}.")
+
+
+def _html(status: int, title: str, text: str, headers: dict[str, str] | None = None) -> web.Response:
+    body = f"<!doctype html><title>{title}</title><h1>{title}</h1><p>{text}</p>"
+    return web.Response(status=status, text=body, content_type="text/html", headers=headers)

@@ -1,0 +1,192 @@
+"""Websites as first-class, on a local open web (tests/openweb.py: several host names on one loopback server):
+per-domain limits on concurrent episodes, the blocklist fed by block pages, skipped tasks with their records,
+the main document's HTTP status in every step, and the blocklist command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from browserpool.config import WorkerConfig
+from cli.tasks import tasks as tasks_cli
+from engine.actions import AgentAction
+from engine.blocklist import Blocklist, block_reason
+from engine.config import RunConfig
+from engine.domains import DomainQueue, domain_of
+from engine.policy_api import Policy, PolicyReply, PolicyRequest
+from engine.runner import run
+from engine.store import read_records
+from engine.tasks import load_tasks
+from tests.openweb import OpenWeb
+
+
+class AnswerPolicy(Policy):
+    """Answers at once: an episode is its start page and one step."""
+
+    name = "answer"
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        return PolicyReply(AgentAction("answer", text="done"), text="answer")
+
+
+@pytest.fixture(scope="module")
+def openweb() -> Iterator[OpenWeb]:
+    with OpenWeb() as server:
+        yield server
+
+
+def task(i: int, url: str) -> dict:
+    return {"task_id": f"t{i:03d}", "task_name": "Read the page.", "website": url, "difficulty": 1}
+
+
+def write_tasks(path: Path, tasks: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return path
+
+
+def config(tmp_path: Path, tasks: Path, openweb: OpenWeb, **kw: object) -> RunConfig:
+    worker = WorkerConfig(endpoint="", allow_private_network=True, net_hosts=openweb.net_hosts)
+    return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), workers=1, worker=worker, telemetry=None,
+                     reward="program", **kw)  # type: ignore[arg-type]
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_no_site_gets_more_episodes_at_once_than_its_limit(tmp_path: Path, openweb: OpenWeb) -> None:
+    hosts = ("shop.test", "news.test", "wiki.test", "travel.test")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url(hosts[i % 4], f"/p{i}")) for i in range(64)])
+    stats, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=32, domain_limit=8), AnswerPolicy(),
+                               None)
+    records = read_records(run_dir)
+    assert len(records) == 64 and not [r for r in records if r["status"] == "error"]
+    by_host: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in records:
+        by_host[domain_of(r["task"]["website"])].append((r["started_at"], r["started_at"] + r["duration_s"]))
+        assert r["steps"][0]["http_status"] == 200
+    peaks = {host: max_overlap(spans) for host, spans in by_host.items()}
+    # Measured from the records: never more than 8 on a site at once, and the 32 slots were shared out.
+    assert set(peaks) == set(hosts) and max(peaks.values()) <= 8, peaks
+    assert min(peaks.values()) >= 4, peaks
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_block_pages_put_their_site_on_the_blocklist_and_its_tasks_are_skipped(
+        tmp_path: Path, openweb: OpenWeb) -> None:
+    plan = ["blocked.test"] * 3 + ["limited.test"] * 2 + ["challenge.test"] * 2 + ["shop.test"] * 2
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url(h, f"/p{i}")) for i, h in enumerate(plan)])
+    hits_before = openweb.hits.copy()
+    # One episode per site at a time: the first one on a site meets its block page before the next one starts.
+    _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1), AnswerPolicy(), None)
+    records = read_records(run_dir)
+    assert len(records) == len(plan)
+    outcome: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in records:
+        outcome[domain_of(r["task"]["website"])][(r["error"] or {}).get("kind", r["status"])] += 1
+    assert outcome["blocked.test"] == {"blocked": 1, "blocked_domain": 2}
+    assert outcome["limited.test"] == {"blocked": 1, "blocked_domain": 1}
+    assert outcome["challenge.test"] == {"blocked": 1, "blocked_domain": 1}
+    assert "blocked" not in outcome["shop.test"] and "blocked_domain" not in outcome["shop.test"]
+    # A skipped task never loaded its site; the record says why.
+    assert openweb.hits["blocked.test"] - hits_before["blocked.test"] == 1
+    skipped = next(r for r in records if (r["error"] or {}).get("kind") == "blocked_domain")
+    assert "on the blocklist until" in skipped["error"]["message"]
+    blocklist = Blocklist(run_dir / "blocklist.json")
+    reasons = {e.domain: e.reason for e in blocklist.entries()}
+    assert set(reasons) == {"blocked.test", "limited.test", "challenge.test"}
+    assert reasons["blocked.test"].startswith("HTTP 403") and reasons["limited.test"].startswith("HTTP 429")
+
+    cli = CliRunner()
+    shown = cli.invoke(tasks_cli, ["blocklist", str(run_dir)])
+    assert shown.exit_code == 0 and "blocked.test" in shown.output and "limited.test" in shown.output
+    cleared = cli.invoke(tasks_cli, ["blocklist", str(run_dir), "--clear", "blocked.test"])
+    assert cleared.exit_code == 0 and "removed 1 entry" in cleared.output
+    assert {e.domain for e in Blocklist(run_dir / "blocklist.json").entries()} == {"limited.test", "challenge.test"}
+
+
+def test_block_pages_are_told_from_ordinary_ones() -> None:
+    assert block_reason(403, "Forbidden") == "HTTP 403 on the start page"
+    assert block_reason(429, "") == "HTTP 429 on the start page"
+    assert block_reason(200, "Attention Required! | Cloudflare") is not None
+    assert block_reason(200, "Welcome to the shop") is None
+    assert block_reason(None, "") is None and block_reason(404, "Not found") is None
+
+
+def test_blocklist_entries_expire_and_survive_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "shared" / "blocklist.json"
+    now = time.time()
+    first = Blocklist(path, ttl_s=3600)
+    first.add("shop.test", "HTTP 403 on the start page", "page", now=now)
+    again = Blocklist(path, ttl_s=3600)  # another run reading the shared file
+    assert again.blocked("shop.test", now=now + 3599) is not None
+    assert again.blocked("shop.test", now=now + 3601) is None
+    assert again.blocked("news.test", now=now) is None
+    path.write_text("not json")
+    with pytest.raises(ValueError, match="not a blocklist file"):
+        Blocklist(path)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_thousand_tasks_over_fifty_sites_keep_every_limit_and_skip_blocked_sites(tmp_path: Path) -> None:
+    """The WebGym-schema loader, the blocklist and the domain queue together, as the engine's runners use them
+    (EngineCore._runner: take an episode, skip it when its site is blocked, run it, then free its site's slot)."""
+    rng = random.Random(7)
+    domains = [f"site{i:02d}.example" for i in range(50)]
+    rows = [task(i, f"https://{'www.' if i % 3 == 0 else ''}{rng.choice(domains)}/item/{i}") for i in range(1000)]
+    loaded = load_tasks(write_tasks(tmp_path / "tasks.jsonl", rows))
+    blocklist = Blocklist(tmp_path / "blocklist.json")
+    for d in domains[:5]:
+        blocklist.add(d, "HTTP 403 on the start page", "page")
+    queue: DomainQueue = DomainQueue(lambda t: domain_of(t.website), limit=8)
+    queue.extend(loaded)
+    running: Counter[str] = Counter()
+    peak: Counter[str] = Counter()
+    started: list[str] = []
+    skipped: list[str] = []
+
+    all_in = asyncio.Event()
+
+    async def runner() -> None:  # as the engine's: forever, until cancelled
+        while True:
+            t = await queue.get()
+            domain = domain_of(t.website)
+            try:
+                if blocklist.blocked(domain):
+                    skipped.append(domain)
+                    continue
+                running[domain] += 1
+                peak[domain] = max(peak[domain], running[domain])
+                started.append(domain)
+                await asyncio.sleep(rng.random() * 0.002)
+                running[domain] -= 1
+            finally:
+                queue.done(t)
+                if len(started) + len(skipped) == len(loaded):
+                    all_in.set()
+
+    runners = [asyncio.ensure_future(runner()) for _ in range(64)]
+    try:
+        await asyncio.wait_for(all_in.wait(), 60)
+    finally:
+        for r in runners:
+            r.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+    assert len(started) + len(skipped) == 1000
+    assert max(peak.values()) <= 8 and max(queue.peak.values()) <= 8
+    assert not set(started) & set(domains[:5]) and set(skipped) == set(domains[:5])
+    assert max(peak.values()) == 8  # the cap, not the queue, held them back
