@@ -43,6 +43,10 @@ class WorkerConfig:
     idle_cap_ms: int = 2000  # after load, give up waiting for quiet ("busy") after this long
     settle_timeout_s: float = 10.0  # hard cap on one action plus settle, navigation included
     open_timeout_s: float = 30.0  # hard cap on an episode's first page load
+    # A start page that fails in a way that may pass (an unreachable host, HTTP 5xx) is loaded again up to
+    # open_retries times, after open_backoff_s, then twice that, ... (the episode then goes on with what it got).
+    open_retries: int = 2
+    open_backoff_s: float = 1.0
     screenshot_timeout_s: float = 10.0
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0

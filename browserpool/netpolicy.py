@@ -437,9 +437,13 @@ class ContextProxy:
     """
 
     def __init__(self, policy: NetPolicy, on_refused: Callable[[str, str], None] | None = None,
-                 hosts: dict[str, str] | None = None, connect_timeout_s: float = 10.0) -> None:
+                 hosts: dict[str, str] | None = None, connect_timeout_s: float = 10.0,
+                 on_unreachable: Callable[[str, str], None] | None = None) -> None:
         self.policy = policy
         self.on_refused = on_refused
+        # Called with (url, "dns: ..." | "connect: ..." | "timeout: ...") when a host cannot be reached: the
+        # browser only sees a failed tunnel or a 502, the page's observation says which.
+        self.on_unreachable = on_unreachable
         self.hosts = {_norm_host(k): v for k, v in (hosts or {}).items()}
         self.connect_timeout_s = connect_timeout_s
         self.origins: set[str] = set()  # every origin a load went to (its storage is cleared between episodes)
@@ -561,6 +565,8 @@ class ContextProxy:
             try:
                 addrs = await self._resolve(host, port)
             except (OSError, TimeoutError, ValueError) as exc:
+                self._unreachable(shown, f"{'timeout' if isinstance(exc, TimeoutError) else 'dns'}: "
+                                         f"cannot resolve {host}: {exc}")
                 writer.write(_response("502 Bad Gateway", f"cannot resolve {html.escape(host)}: "
                                                           f"{html.escape(str(exc))}"))
                 return None
@@ -580,9 +586,15 @@ class ContextProxy:
                 return await asyncio.wait_for(self.open_upstream(addr, port), self.connect_timeout_s)
             except (OSError, TimeoutError) as exc:
                 error = exc
+        self._unreachable(shown, f"{'timeout' if isinstance(error, TimeoutError) else 'connect'}: "
+                                 f"cannot connect to {shown[:200]}: {error}")
         writer.write(_response("502 Bad Gateway", f"cannot connect to {html.escape(shown[:500])}: "
                                                   f"{html.escape(str(error))}"))
         return None
+
+    def _unreachable(self, shown: str, detail: str) -> None:
+        if self.on_unreachable is not None:
+            self.on_unreachable(shown, detail)
 
     async def open_upstream(self, addr: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Connect to a checked address (an IP, never a name: no second resolution)."""

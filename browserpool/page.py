@@ -169,6 +169,9 @@ class EpisodePage:
         self.origins: set[str] = set()
         self.top_sites: set[str] = set()  # candidate sites of the main frame's documents (storage partitions)
         self.note: str | None = None  # what the last action's own navigation ran into (a refused load)
+        # The browser's error for the last action's navigation ("net::ERR_NAME_NOT_RESOLVED", ...): the page then
+        # shows the browser's error page, which the policy sees like a person would.
+        self.load_error: str | None = None
         self.announced_popups = 0  # window opens seen here whose page the context has not reported yet
         self._acting = False  # inside perform(): a popup the action opened with a user gesture is adopted
         self._adopt: str | None = None
@@ -308,7 +311,7 @@ class EpisodePage:
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         point = None
-        self.note = None
+        self.note, self.load_error = None, None
         self._acting, self._adopt = True, None
         try:
             try:
@@ -564,9 +567,10 @@ class EpisodePage:
             url = a.url or ""
             self.check_url(url)
             res = await self.cdp.send("Page.navigate", {"url": url})
-            # A load the network policy refused is an outcome (the page shows it), not a failed action.
-            if res.get("errorText") and self.events.refusal_for(url) is None:
-                raise ActionRefused(f"navigation failed: {res['errorText']}")
+            # A failed load (a refused one, a host that does not resolve, a bad certificate...) is an outcome: the
+            # page shows it, the observation says what it was.
+            if res.get("errorText"):
+                self.load_error = str(res["errorText"])
         else:
             raise ActionRefused(f"unknown action kind {kind!r}")
         return (x, y) if x is not None else None

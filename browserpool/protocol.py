@@ -125,6 +125,9 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # The HTTP status of the document's main response (Navigation Timing's responseStatus); None when the
     # document has none (about:blank, a browser error page, a document written by script).
     status: int | None = None
+    # The browser's net error for the navigation the operation started ("net::ERR_CERT_AUTHORITY_INVALID", ...);
+    # None when the document loaded (whatever its HTTP status) or the operation did not navigate.
+    load_error: str | None = None
 
 
 # --- messages -----------------------------------------------------------------------------------

@@ -298,8 +298,17 @@ class BrowserWorker:
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
-            settle, timings, point = await ep.page.perform(P.BrowserAction("navigate", url=url),
-                                                           self.cfg.open_timeout_s)
+            retries = 0
+            while True:
+                settle, timings, point = await ep.page.perform(P.BrowserAction("navigate", url=url),
+                                                               self.cfg.open_timeout_s)
+                if retries == self.cfg.open_retries or not _worth_retrying(ep.page):
+                    break
+                # A transient failure of the start page (a host that did not answer, a 5xx): again, backing off.
+                await asyncio.sleep(self.cfg.open_backoff_s * 2 ** retries)
+                retries += 1
+            if retries:
+                timings["open_retries"] = float(retries)
             if ep.page.note is not None:
                 # The task's own start page is refused: the episode cannot run as specified.
                 raise ActionRefused(ep.page.note)
@@ -331,7 +340,7 @@ class BrowserWorker:
         if not shot:
             return P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                                  self.cfg.viewport_height, None, None, timings, point, note, None, probe, None,
-                                 ep.slot.events.take(), page.status)
+                                 ep.slot.events.take(), page.status, page.load_error)
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
@@ -370,7 +379,7 @@ class BrowserWorker:
         ref = self.ring.write(image) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else image, timings, point, note, elements,
-                            probe, change, ep.slot.events.take(), page.status)
+                            probe, change, ep.slot.events.take(), page.status, page.load_error)
         return obs  # a Reply's body: msgspec encodes the struct as an array
 
     async def _new_context(self) -> ContextSlot:
@@ -384,7 +393,8 @@ class BrowserWorker:
             # own sites bypass it (no cost on the bundled sites); "<-loopback>" sends every other loopback
             # load through it, too.
             proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
-                                 cfg.net_hosts, cfg.settle_timeout_s)
+                                 cfg.net_hosts, cfg.settle_timeout_s,
+                                 on_unreachable=lambda url, detail: events.add("unreachable", url, detail))
             await proxy.start()
             extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
         try:
@@ -622,6 +632,21 @@ def client_keys(cfg: WorkerConfig) -> ClientKeys | None:
         raise KeyFileError("CURVE needs both --server-key (the engine's public key) and --key (this worker's "
                            "secret key)")
     return None
+
+
+# Net errors that another try cannot fix: a certificate, a download, a load the page itself aborted.
+_FINAL_LOAD_ERRORS = ("net::ERR_CERT", "net::ERR_SSL", "net::ERR_ABORTED", "net::ERR_BLOCKED",
+                      "net::ERR_INVALID_URL", "net::ERR_UNSAFE")
+
+
+def _worth_retrying(page: EpisodePage) -> bool:
+    """Whether a start page's load failed in a way that may pass: an unreachable host, HTTP 5xx. (A page that
+    timed out is kept: another try would cost the same again, and what it loaded may do.)"""
+    if page.note is not None:  # refused by the network policy: final
+        return False
+    if page.load_error is not None:
+        return not page.load_error.startswith(_FINAL_LOAD_ERRORS)
+    return page.status is not None and page.status >= 500
 
 
 def _ms(t0: float) -> float:

@@ -154,6 +154,7 @@ class StepRecord(TypedDict, total=False):
     screenshot: str | None  # what the policy saw, relative to the run directory
     settled: bool
     http_status: int  # the page's main document's HTTP status, when it had one
+    load: dict[str, Any]  # the page did not load as it should (engine.load_outcome): kind, error, status
     action: Required[ActionRecord]
     action_text: str  # the action in one line (AgentAction.describe)
     reply: str  # the raw model output, or a description for non-model policies

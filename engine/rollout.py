@@ -23,6 +23,7 @@ from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame,
 from browserpool.protocol import ERR_REFUSED, Observation
 from engine.blocklist import block_reason
 from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
+from engine.load_outcome import load_outcome
 from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_text, mask_url
@@ -176,6 +177,7 @@ class Rollout:
         self.current: StepView | None = None
         self.current_frame_path: str | None = None
         self.current_status: int | None = None  # the current page's main document's HTTP status
+        self.current_load: dict[str, Any] | None = None  # what went wrong loading it (engine.load_outcome)
         self.current_truncated: list[str] = []  # what the caps cut from the current observation
         self.page_url = ""  # the current page's real URL (records and prompts get it masked and capped)
         self.open_events: list[dict[str, str]] | None = None  # what the start page did as it loaded
@@ -302,6 +304,7 @@ class Rollout:
             "step": index, "url": self.current.url, "title": self.current.title,
             "screenshot": self.current_frame_path, "settled": self.current.settled,
             **({"http_status": self.current_status} if self.current_status is not None else {}),
+            **({"load": self.current_load} if self.current_load is not None else {}),
             "action": action.to_dict(), "action_text": action.describe(), "reply": reply.text,
             "thought": reply.thought, "parse_error": reply.parse_error,
             "policy_version": (reply.policy_version if reply.policy_version is not None
@@ -435,6 +438,7 @@ class Rollout:
             self.frames_taken += 1
             jpeg = bytes(frame.view)
         self.current_status = obs.status  # the page's main document's HTTP status
+        self.current_load = load_outcome(obs.status, obs.load_error, obs.events)  # a failed load, typed
         changed = None
         if self.current is not None:
             # The worker compares consecutive screenshots; its first one of an episode has nothing to compare. Any

@@ -8,7 +8,12 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
 - ``limited.test``: HTTP 429 with ``Retry-After: 120`` (a rate limiter);
 - ``challenge.test``: HTTP 200 with a bot-wall challenge page ("Just a moment...");
 - any other name: a plain page titled with the host's name, answered after ``delay_s`` (so that episodes of
-  several sites overlap in time).
+  several sites overlap in time); on every host ``/missing`` is a 404, ``/broken`` a 500 and ``/download`` a
+  file sent as an attachment.
+
+The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
+``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
+gives. ``gone.invalid`` resolves nowhere (RFC 6761) and ``closed.test`` maps to a loopback port nobody listens on.
 
 Every page request is counted per host (:attr:`OpenWeb.hits`; favicons are not pages).
 """
@@ -16,12 +21,18 @@ Every page request is counted per host (:attr:`OpenWeb.hits`; favicons are not p
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
+import subprocess
+import tempfile
 import threading
 from collections import Counter
+from pathlib import Path
 
 from aiohttp import web
 
-HOSTS = ("shop.test", "news.test", "wiki.test", "travel.test", "blocked.test", "limited.test", "challenge.test")
+HOSTS = ("shop.test", "news.test", "wiki.test", "travel.test", "blocked.test", "limited.test", "challenge.test",
+         "secure.test", "closed.test")
 
 
 class OpenWeb:
@@ -31,6 +42,9 @@ class OpenWeb:
         self.delay_s = delay_s
         self.hits: Counter[str] = Counter()
         self.port = 0
+        self.tls_port = 0
+        self.closed_port = _free_port()  # nothing listens there
+        self._tmp = tempfile.TemporaryDirectory(prefix="openweb-")
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="openweb", daemon=True)
@@ -52,6 +66,7 @@ class OpenWeb:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._tmp.cleanup()
 
     async def _start(self) -> None:
         app = web.Application()
@@ -61,6 +76,17 @@ class OpenWeb:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
+        tls = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._self_signed())
+        await tls.start()
+        self.tls_port = self._runner.addresses[1][1]
+
+    def _self_signed(self) -> ssl.SSLContext:
+        cert, key = Path(self._tmp.name) / "cert.pem", Path(self._tmp.name) / "key.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                        str(cert), "-days", "1", "-subj", "/CN=secure.test"], check=True, capture_output=True)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        return context
 
     async def _stop(self) -> None:
         if self._runner is not None:
@@ -71,6 +97,13 @@ class OpenWeb:
         if request.path == "/favicon.ico":  # the browser's own request, not a page load
             return web.Response(status=404)
         self.hits[host] += 1
+        if request.path == "/missing":
+            return _html(404, "Not found", "No such page.")
+        if request.path == "/broken":
+            return _html(500, "Server error", "Something broke.")
+        if request.path == "/download":
+            return web.Response(body=b"%PDF-1.4 not really", content_type="application/octet-stream",
+                                headers={"Content-Disposition": 'attachment; filename="report.pdf"'})
         if host == "blocked.test":
             return _html(403, "Access denied", "You do not have permission to access this site.")
         if host == "limited.test":
@@ -84,3 +117,9 @@ class OpenWeb:
 def _html(status: int, title: str, text: str, headers: dict[str, str] | None = None) -> web.Response:
     body = f"<!doctype html><title>{title}</title><h1>{title}</h1><p>{text}</p>"
     return web.Response(status=status, text=body, content_type="text/html", headers=headers)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

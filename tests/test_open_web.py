@@ -119,6 +119,36 @@ async def test_block_pages_put_their_site_on_the_blocklist_and_its_tasks_are_ski
     assert {e.domain for e in Blocklist(run_dir / "blocklist.json").entries()} == {"limited.test", "challenge.test"}
 
 
+@pytest.mark.asyncio(loop_scope="session")
+async def test_failed_loads_are_observations_the_episode_goes_on_with(tmp_path: Path, openweb: OpenWeb) -> None:
+    cases = {  # start page -> the outcome its step must record
+        openweb.url("gone.invalid"): "dns",
+        f"http://closed.test:{openweb.closed_port}/": "connect",
+        f"https://secure.test:{openweb.tls_port}/": "tls",
+        openweb.url("shop.test", "/missing"): "http_error",
+        openweb.url("shop.test", "/broken"): "http_error",
+        openweb.url("shop.test", "/download"): "download",
+    }
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, url) for i, url in enumerate(cases)])
+    cfg = config(tmp_path, tasks, openweb, concurrency=6)
+    cfg.worker.open_backoff_s = 0.05  # the start page's retries, quickly
+    broken_before = openweb.hits["shop.test"]
+    _, run_dir = await run(cfg, AnswerPolicy(), None)
+    records = {r["task"]["website"]: r for r in read_records(run_dir)}
+    assert len(records) == len(cases)
+    for url, kind in cases.items():
+        r = records[url]
+        # Not an engine error: the episode went on, the policy saw the browser's page, the step says what it was.
+        assert r["status"] != "error" and r["steps"], (url, r["error"])
+        load = r["steps"][0].get("load")
+        assert load is not None and load["kind"] == kind, (url, load)
+    assert records[openweb.url("shop.test", "/missing")]["steps"][0]["load"]["status"] == 404
+    assert records[f"https://secure.test:{openweb.tls_port}/"]["steps"][0]["load"]["error"].startswith("net::ERR_CERT")
+    # Transient failures of a start page were tried again (twice), final ones were not.
+    assert records[openweb.url("shop.test", "/broken")]["steps"][0]["load"]["status"] == 500
+    assert openweb.hits["shop.test"] - broken_before == 1 + 3 + 1  # missing once, broken 3 times, download once
+
+
 def test_block_pages_are_told_from_ordinary_ones() -> None:
     assert block_reason(403, "Forbidden") == "HTTP 403 on the start page"
     assert block_reason(429, "") == "HTTP 429 on the start page"
