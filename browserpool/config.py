@@ -61,6 +61,10 @@ class WorkerConfig:
     net_deny: list[str] = field(default_factory=list)
     net_exempt: list[str] = field(default_factory=list)
     net_hosts: dict[str, str] = field(default_factory=dict)
+    # Upstream proxies (browserpool.upstream): http://[$USER_VAR:$PASS_VAR@]HOST:PORT, credentials named by
+    # environment variables; each context sticks to one, a failing one is set aside for proxy_cooldown_s.
+    proxies: list[str] = field(default_factory=list)
+    proxy_cooldown_s: float = 60.0
     # Pages a context may hold at once (the episode's tab and popups on their way to being closed); past it
     # the context is discarded after its episode.
     max_pages_per_context: int = 4

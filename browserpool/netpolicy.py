@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from browserpool.upstream import ProxyPool, UpstreamProxy
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -438,9 +440,14 @@ class ContextProxy:
 
     def __init__(self, policy: NetPolicy, on_refused: Callable[[str, str], None] | None = None,
                  hosts: dict[str, str] | None = None, connect_timeout_s: float = 10.0,
-                 on_unreachable: Callable[[str, str], None] | None = None) -> None:
+                 on_unreachable: Callable[[str, str], None] | None = None,
+                 upstream: ProxyPool | None = None) -> None:
         self.policy = policy
         self.on_refused = on_refused
+        # Upstream proxies (browserpool.upstream): every connection is a CONNECT tunnel through this context's
+        # proxy to the checked address; None: connect directly.
+        self.upstream = upstream
+        self.via: UpstreamProxy | None = None
         # Called with (url, "dns: ..." | "connect: ..." | "timeout: ...") when a host cannot be reached: the
         # browser only sees a failed tunnel or a 502, the page's observation says which.
         self.on_unreachable = on_unreachable
@@ -597,7 +604,11 @@ class ContextProxy:
             self.on_unreachable(shown, detail)
 
     async def open_upstream(self, addr: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Connect to a checked address (an IP, never a name: no second resolution)."""
+        """Connect to a checked address (an IP, never a name: no second resolution), through the context's upstream
+        proxy when there is one."""
+        if self.upstream is not None:
+            reader, writer, self.via = await self.upstream.tunnel(str(addr), port, self.via)
+            return reader, writer
         return await asyncio.open_connection(str(addr), port, limit=_PIPE_CHUNK)
 
     async def _resolve(self, host: str, port: int) -> list[IPAddress]:

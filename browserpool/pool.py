@@ -38,6 +38,7 @@ from browserpool.memory import tree_pss_bytes
 from browserpool.netpolicy import engine_sites
 from browserpool.reaper import reap_stale
 from browserpool.shm import SlotReader, unlink_segment
+from browserpool.upstream import env_names
 
 MAX_FAILED_STARTS = 3
 
@@ -497,6 +498,10 @@ class BrowserPool:
     def _worker_env(self) -> dict[str, str]:
         """The environment of a spawned worker; with CURVE it carries the pool's worker key pair."""
         env = worker_env(drop=self.cfg.secret_env)  # without the engine's secrets (API keys, tokens, passwords)
+        for url in self.cfg.worker.proxies:  # but with the upstream proxies' credentials: the workers use them
+            for name in env_names(url):
+                if name in os.environ:
+                    env[name] = os.environ[name]
         if self._spawn_keys is not None:
             env[CURVE_ENV] = self._spawn_keys.to_env()
         return env

@@ -37,6 +37,7 @@ from browserpool.netpolicy import ContextProxy, NetPolicy, bypass_list, engine_s
 from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
 from browserpool.shm import SlotRing
+from browserpool.upstream import ProxyPool
 
 T = TypeVar("T")
 
@@ -95,6 +96,11 @@ class BrowserWorker:
         cfg.net_exempt = list(dict.fromkeys([*cfg.net_exempt, *engine_sites()]))  # sites served in-process
         self.netpolicy = (NetPolicy(allow_private_network=cfg.allow_private_network, allow=cfg.net_allow,
                                     deny=cfg.net_deny, exempt=cfg.net_exempt) if cfg.net_policy else None)
+        if cfg.proxies and self.netpolicy is None:
+            raise ValueError("upstream proxies go through the network policy's proxy: they need net_policy on")
+        # Upstream proxies (a bad entry or a missing credential variable fails the worker at start).
+        self.proxies = (ProxyPool(cfg.proxies, cooldown_s=cfg.proxy_cooldown_s, timeout_s=cfg.settle_timeout_s)
+                        if cfg.proxies else None)
         self._zctx = zmq.asyncio.Context()
         self._sock = self._zctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -394,7 +400,8 @@ class BrowserWorker:
             # load through it, too.
             proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
                                  cfg.net_hosts, cfg.settle_timeout_s,
-                                 on_unreachable=lambda url, detail: events.add("unreachable", url, detail))
+                                 on_unreachable=lambda url, detail: events.add("unreachable", url, detail),
+                                 upstream=self.proxies)
             await proxy.start()
             extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
         try:

@@ -153,6 +153,11 @@ def main() -> None:
               help="The blocklist file (shared by several runs); default: blocklist.json in the run directory.")
 @click.option("--blocklist-hours", type=click.FloatRange(0, min_open=True), default=12.0, show_default=True,
               help="How long a domain that blocked the agent is skipped.")
+@click.option("--proxy", "proxies", multiple=True, metavar="URL",
+              help="An upstream proxy for the pages, http://[$USER_VAR:$PASS_VAR@]HOST:PORT (credentials named by "
+                   "environment variables). Repeatable: each browser context sticks to one, a failing one rotates out.")
+@click.option("--proxy-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A file of proxy URLs, one per line (# comments), as --proxy.")
 @net_policy_options
 def run_cmd(**opts: Any) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
@@ -175,6 +180,7 @@ def run_cmd(**opts: Any) -> None:
     if o.resume_dir and not Path(o.resume_dir, "episodes.jsonl").exists():
         raise click.ClickException(f"{o.resume_dir} is not a run directory (no episodes.jsonl)")
     check_net_policy(o.allow_private_network, o.net_allow, o.net_deny)
+    proxies = _proxy_list(o.proxies, o.proxy_file)
     try:
         cfg = RunConfig(
             tasks=o.tasks_path, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
@@ -186,7 +192,7 @@ def run_cmd(**opts: Any) -> None:
                                 settle_timeout_s=o.settle_timeout, context_memory_mib=o.context_memory_mib,
                                 browser_memory_mib=o.browser_memory_mib, net_policy=o.net_policy,
                                 allow_private_network=o.allow_private_network, net_allow=list(o.net_allow),
-                                net_deny=list(o.net_deny)),
+                                net_deny=list(o.net_deny), proxies=proxies),
             reward=o.reward, secret_env=tuple(dict.fromkeys(["OPENAI_API_KEY", o.api_key_env])),
             straggler_fraction=o.straggler_fraction if o.stragglers else None,
             straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,
@@ -243,6 +249,22 @@ def run_cmd(**opts: Any) -> None:
         Path(o.summary_json).write_text(json.dumps(summary, indent=2))
     if summary["lost"]:
         sys.exit(2)
+
+
+def _proxy_list(urls: tuple[str, ...], path: str | None) -> list[str]:
+    """The upstream proxies of --proxy and --proxy-file, checked (credential variables set) before anything starts."""
+    from browserpool.upstream import parse_proxy
+
+    found = list(urls)
+    if path is not None:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        found += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    for url in found:
+        try:
+            parse_proxy(url)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    return found
 
 
 async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge | None,

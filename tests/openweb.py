@@ -21,6 +21,7 @@ Every page request is counted per host (:attr:`OpenWeb.hits`; favicons are not p
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import ssl
 import subprocess
@@ -123,3 +124,63 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class UpstreamTestProxy:
+    """A stand-in for a proxy provider's proxy: CONNECT tunnels only, Basic credentials required, tunnels counted
+    (:attr:`tunnels`). Runs in its own thread, like :class:`OpenWeb`."""
+
+    def __init__(self, user: str, password: str) -> None:
+        self.expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        self.tunnels = 0
+        self.refused = 0
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="upstream-proxy", daemon=True)
+
+    def __enter__(self) -> UpstreamTestProxy:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            line, *headers = head.split("\r\n")
+            auth = next((h.split(":", 1)[1].strip() for h in headers if h.lower().startswith("proxy-authorization:")),
+                        None)
+            method, target, _ = line.split(" ")
+            if method != "CONNECT" or auth != self.expected:
+                self.refused += 1
+                writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+                return
+            host, _, port = target.rpartition(":")
+            up_reader, up_writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            self.tunnels += 1
+            writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+
+            async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+                dst.close()
+
+            await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer), return_exceptions=True)
+        except (OSError, ValueError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from browserpool.config import WorkerConfig
+from browserpool.upstream import parse_proxy
 from cli.tasks import tasks as tasks_cli
 from engine.actions import AgentAction
 from engine.blocklist import Blocklist, block_reason
@@ -25,7 +26,7 @@ from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
 from engine.store import read_records
 from engine.tasks import load_tasks
-from tests.openweb import OpenWeb
+from tests.openweb import OpenWeb, UpstreamTestProxy
 
 
 class AnswerPolicy(Policy):
@@ -147,6 +148,40 @@ async def test_failed_loads_are_observations_the_episode_goes_on_with(tmp_path: 
     # Transient failures of a start page were tried again (twice), final ones were not.
     assert records[openweb.url("shop.test", "/broken")]["steps"][0]["load"]["status"] == 500
     assert openweb.hits["shop.test"] - broken_before == 1 + 3 + 1  # missing once, broken 3 times, download once
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_pages_go_through_an_upstream_proxy_with_named_credentials(
+        tmp_path: Path, openweb: OpenWeb, monkeypatch: pytest.MonkeyPatch) -> None:
+    password = "s3cret-proxy-pass-7781"
+    monkeypatch.setenv("WEBGYM_TEST_PROXY_USER", "agent")
+    monkeypatch.setenv("WEBGYM_TEST_PROXY_PASS", password)  # a name the workers' environment would drop
+    with UpstreamTestProxy("agent", password) as proxy:
+        tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url("news.test", f"/p{i}")) for i in range(3)])
+        cfg = config(tmp_path, tasks, openweb, concurrency=3)
+        # The first proxy is down: the contexts set it aside and go through the second.
+        cfg.worker.proxies = [f"http://127.0.0.1:{openweb.closed_port}",
+                              f"http://$WEBGYM_TEST_PROXY_USER:$WEBGYM_TEST_PROXY_PASS@127.0.0.1:{proxy.port}"]
+        _, run_dir = await run(cfg, AnswerPolicy(), None)
+    records = read_records(run_dir)
+    assert len(records) == 3 and all(r["steps"][0].get("http_status") == 200 for r in records), records[0]
+    assert proxy.tunnels >= 3 and proxy.refused == 0
+    # The credentials are named, never written: not in the manifest, the logs or the records.
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".txt"):
+            assert password not in path.read_text(errors="replace"), path
+
+
+def test_proxy_urls_name_their_credentials() -> None:
+    env = {"U": "agent", "P": "pw"}
+    assert parse_proxy("http://$U:$P@proxy.example:3128", env).authorization == "Basic YWdlbnQ6cHc="
+    assert parse_proxy("http://proxy.example:3128", env).authorization is None
+    with pytest.raises(ValueError, match="never write them out"):
+        parse_proxy("http://agent:pw@proxy.example:3128", env)
+    with pytest.raises(ValueError, match="not set"):
+        parse_proxy("http://$U:$MISSING@proxy.example:3128", env)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_proxy("socks5://proxy.example:1080", env)
 
 
 def test_block_pages_are_told_from_ordinary_ones() -> None:
