@@ -65,6 +65,9 @@ class WorkerConfig:
     # environment variables; each context sticks to one, a failing one is set aside for proxy_cooldown_s.
     proxies: list[str] = field(default_factory=list)
     proxy_cooldown_s: float = 60.0
+    # Request rules (browserpool.request_rules): hosts files or EasyList files whose hosts' requests are refused
+    # in the worker (ads, trackers); paths on the worker's host. Empty: nothing is blocked.
+    request_rules: list[str] = field(default_factory=list)
     # Pages a context may hold at once (the episode's tab and popups on their way to being closed); past it
     # the context is discarded after its episode.
     max_pages_per_context: int = 4

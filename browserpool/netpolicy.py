@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from browserpool.request_rules import RequestRules
 from browserpool.upstream import ProxyPool, UpstreamProxy
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -441,8 +442,10 @@ class ContextProxy:
     def __init__(self, policy: NetPolicy, on_refused: Callable[[str, str], None] | None = None,
                  hosts: dict[str, str] | None = None, connect_timeout_s: float = 10.0,
                  on_unreachable: Callable[[str, str], None] | None = None,
-                 upstream: ProxyPool | None = None) -> None:
+                 upstream: ProxyPool | None = None, rules: RequestRules | None = None) -> None:
         self.policy = policy
+        self.rules = rules  # ads and trackers refused before anything else (browserpool.request_rules)
+        self.blocked_by_rules = 0
         self.on_refused = on_refused
         # Upstream proxies (browserpool.upstream): every connection is a CONNECT tunnel through this context's
         # proxy to the checked address; None: connect directly.
@@ -566,6 +569,11 @@ class ContextProxy:
                     tunnel: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """Judge the load and connect to the address that was checked; None (and the client answered) when
         refused or unreachable."""
+        if self.rules is not None and (rule := self.rules.blocks(host)) is not None:
+            # Counted, not reported one by one: an ad-heavy page makes dozens of these per load.
+            self.blocked_by_rules += 1
+            writer.write(_response("403 Forbidden", f"blocked by the request rules ({html.escape(rule)})"))
+            return None
         verdict = self.policy.precheck(host, port, url, tunnel)
         addrs: list[IPAddress] = []
         if verdict is None:

@@ -36,6 +36,7 @@ from browserpool.memory import tree_pss_bytes
 from browserpool.netpolicy import ContextProxy, NetPolicy, bypass_list, engine_sites
 from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
+from browserpool.request_rules import RequestRules
 from browserpool.shm import SlotRing
 from browserpool.upstream import ProxyPool
 
@@ -101,6 +102,9 @@ class BrowserWorker:
         # Upstream proxies (a bad entry or a missing credential variable fails the worker at start).
         self.proxies = (ProxyPool(cfg.proxies, cooldown_s=cfg.proxy_cooldown_s, timeout_s=cfg.settle_timeout_s)
                         if cfg.proxies else None)
+        if cfg.request_rules and self.netpolicy is None:
+            raise ValueError("request rules are applied by the network policy's proxy: they need net_policy on")
+        self.rules = RequestRules.from_files(cfg.request_rules) if cfg.request_rules else None
         self._zctx = zmq.asyncio.Context()
         self._sock = self._zctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -401,7 +405,7 @@ class BrowserWorker:
             proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
                                  cfg.net_hosts, cfg.settle_timeout_s,
                                  on_unreachable=lambda url, detail: events.add("unreachable", url, detail),
-                                 upstream=self.proxies)
+                                 upstream=self.proxies, rules=self.rules)
             await proxy.start()
             extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
         try:

@@ -8,8 +8,9 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
 - ``limited.test``: HTTP 429 with ``Retry-After: 120`` (a rate limiter);
 - ``challenge.test``: HTTP 200 with a bot-wall challenge page ("Just a moment...");
 - any other name: a plain page titled with the host's name, answered after ``delay_s`` (so that episodes of
-  several sites overlap in time); on every host ``/missing`` is a 404, ``/broken`` a 500 and ``/download`` a
-  file sent as an attachment.
+  several sites overlap in time); on every host ``/missing`` is a 404, ``/broken`` a 500, ``/download`` a
+  file sent as an attachment and ``/with-ads`` a page that pulls scripts from ``ads.test`` and pixels from
+  ``tracker.test``.
 
 The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
 ``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
@@ -33,7 +34,7 @@ from pathlib import Path
 from aiohttp import web
 
 HOSTS = ("shop.test", "news.test", "wiki.test", "travel.test", "blocked.test", "limited.test", "challenge.test",
-         "secure.test", "closed.test")
+         "secure.test", "closed.test", "ads.test", "tracker.test")
 
 
 class OpenWeb:
@@ -102,6 +103,13 @@ class OpenWeb:
             return _html(404, "Not found", "No such page.")
         if request.path == "/broken":
             return _html(500, "Server error", "Something broke.")
+        if request.path == "/with-ads":  # a page that pulls third-party ads and a tracker
+            third = "".join(f'<script src="{self.url("ads.test", f"/ad{i}.js")}"></script>'
+                            f'<img src="{self.url("tracker.test", f"/px{i}.gif")}">' for i in range(5))
+            return web.Response(text=f"<!doctype html><title>{host}</title><h1>News</h1>{third}",
+                                content_type="text/html")
+        if host in ("ads.test", "tracker.test"):
+            return web.Response(text="/* an ad */", content_type="application/javascript")
         if request.path == "/download":
             return web.Response(body=b"%PDF-1.4 not really", content_type="application/octet-stream",
                                 headers={"Content-Disposition": 'attachment; filename="report.pdf"'})

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from browserpool.config import WorkerConfig
+from browserpool.request_rules import RequestRules
 from browserpool.upstream import parse_proxy
 from cli.tasks import tasks as tasks_cli
 from engine.actions import AgentAction
@@ -170,6 +171,33 @@ async def test_pages_go_through_an_upstream_proxy_with_named_credentials(
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".txt"):
             assert password not in path.read_text(errors="replace"), path
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_request_rules_refuse_ads_and_trackers_in_the_worker(tmp_path: Path, openweb: OpenWeb) -> None:
+    rules = tmp_path / "rules.txt"
+    rules.write_text("! EasyList domain rules\n||ads.test^$third-party\n##.ad-banner\n"
+                     "# a hosts file line\n0.0.0.0 tracker.test\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(0, openweb.url("news.test", "/with-ads"))])
+    before = openweb.hits.copy()
+    cfg = config(tmp_path, tasks, openweb, concurrency=1)
+    cfg.worker.request_rules = [str(rules)]
+    _, run_dir = await run(cfg, AnswerPolicy(), None)
+    [record] = read_records(run_dir)
+    assert record["status"] != "error" and record["steps"][0]["http_status"] == 200
+    assert openweb.hits["news.test"] - before["news.test"] == 1  # the page itself loaded
+    assert openweb.hits["ads.test"] == before["ads.test"] and openweb.hits["tracker.test"] == before["tracker.test"]
+
+
+def test_request_rules_read_hosts_files_and_easylist_domain_rules() -> None:
+    rules = RequestRules()
+    rules.add_lines(["0.0.0.0 ads.example", "127.0.0.1 localhost", "||tracker.example^", "||cdn.example^$third-party",
+                     "||page.example^$domain=news.example", "/banner/*", "##.ad", "@@||ok.example^", "plain.example"])
+    assert rules.blocks("ads.example") == "ads.example" and rules.blocks("x.y.tracker.example") == "tracker.example"
+    assert rules.blocks("cdn.example") and rules.blocks("plain.example")
+    assert rules.blocks("page.example") is None and rules.blocks("localhost") is None
+    assert rules.blocks("example") is None and rules.blocks("notads.example") is None
+    assert rules.ignored == 4  # the rules it does not apply are counted, not guessed at
 
 
 def test_proxy_urls_name_their_credentials() -> None:
