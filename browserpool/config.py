@@ -68,6 +68,12 @@ class WorkerConfig:
     # Request rules (browserpool.request_rules): hosts files or EasyList files whose hosts' requests are refused
     # in the worker (ads, trackers); paths on the worker's host. Empty: nothing is blocked.
     request_rules: list[str] = field(default_factory=list)
+    # The browser's User-Agent (None: headless Chromium's own, which names it HeadlessChrome; navigator.webdriver
+    # and the other automation tells are left as they are: docs/open-web.md says why).
+    user_agent: str | None = None
+    # Consent walls (browserpool.consent): "off" (the default: the model sees the wall as a person would),
+    # "reject" or "accept": click that button of a standard consent manager before the first screenshot.
+    consent: str = "off"
     # Pages a context may hold at once (the episode's tab and popups on their way to being closed); past it
     # the context is discarded after its episode.
     max_pages_per_context: int = 4

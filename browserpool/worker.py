@@ -31,6 +31,7 @@ from browserpool import lifeline
 from browserpool import protocol as P
 from browserpool.auth import CURVE_ENV, ClientKeys, KeyFileError
 from browserpool.config import WorkerConfig
+from browserpool.consent import CONSENT_MODES, consent_script
 from browserpool.instance import Instance
 from browserpool.memory import tree_pss_bytes
 from browserpool.netpolicy import ContextProxy, NetPolicy, bypass_list, engine_sites
@@ -102,6 +103,8 @@ class BrowserWorker:
         # Upstream proxies (a bad entry or a missing credential variable fails the worker at start).
         self.proxies = (ProxyPool(cfg.proxies, cooldown_s=cfg.proxy_cooldown_s, timeout_s=cfg.settle_timeout_s)
                         if cfg.proxies else None)
+        if cfg.consent not in CONSENT_MODES:
+            raise ValueError(f"consent must be one of {CONSENT_MODES}, not {cfg.consent!r}")
         if cfg.request_rules and self.netpolicy is None:
             raise ValueError("request rules are applied by the network policy's proxy: they need net_policy on")
         self.rules = RequestRules.from_files(cfg.request_rules) if cfg.request_rules else None
@@ -322,12 +325,26 @@ class BrowserWorker:
             if ep.page.note is not None:
                 # The task's own start page is refused: the episode cannot run as specified.
                 raise ActionRefused(ep.page.note)
+            if self.cfg.consent != "off":
+                await self._answer_consent(ep, url, timings)
             await ep.page.forget_history()
             if setup_js is not None:
                 # The first screenshot must show the page as the setup left it (e.g. a generated task).
                 settle, setup_timings = await ep.page.run_setup(setup_js)
                 timings.update(setup_timings)
             return await self._observe(ep, settle, timings, point, shot=shot)
+
+    async def _answer_consent(self, ep: Episode, url: str, timings: dict[str, float]) -> None:
+        """Click the configured button of a known consent manager's wall, if the start page shows one (recorded as a
+        ``consent`` event: what the model sees is then not what the site first showed)."""
+        try:
+            clicked = await ep.page.evaluate(consent_script(self.cfg.consent))
+        except PlaywrightError:  # the document went away meanwhile
+            return
+        if isinstance(clicked, str):
+            ep.slot.events.add("consent", url, f"{self.cfg.consent}: {clicked}")
+            _, settle_timings = await ep.page.settled()
+            timings["consent_ms"] = settle_timings["settle_ms"]
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
                        point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
@@ -412,7 +429,7 @@ class BrowserWorker:
             ctx = await self.browser.new_context(
                 viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},
                 device_scale_factor=1, locale="en-US", timezone_id="UTC", service_workers="block",
-                accept_downloads=False, **extra)
+                accept_downloads=False, **({"user_agent": cfg.user_agent} if cfg.user_agent else {}), **extra)
             await ctx.add_init_script(INIT_SCRIPT if proxy is None else INIT_SCRIPT + NO_WEBRTC_SCRIPT)
         except BaseException:
             if proxy is not None:

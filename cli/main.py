@@ -158,6 +158,11 @@ def main() -> None:
                    "environment variables). Repeatable: each browser context sticks to one, a failing one rotates out.")
 @click.option("--proxy-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A file of proxy URLs, one per line (# comments), as --proxy.")
+@click.option("--user-agent", default=None,
+              help="The browsers' User-Agent (default: headless Chromium's own; docs/open-web.md).")
+@click.option("--consent", type=click.Choice(["off", "reject", "accept"]), default="off", show_default=True,
+              help="Answer a standard consent manager's cookie wall before the first screenshot (recorded in the "
+                   "episode's open_events). Off: the model sees the wall as a person would.")
 @click.option("--block-requests", "request_rules", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Refuse the requests of the hosts in this hosts file or EasyList file (ads, trackers; domain "
                    "rules). Repeatable. Off by default: it changes what pages show.")
@@ -196,7 +201,8 @@ def run_cmd(**opts: Any) -> None:
                                 browser_memory_mib=o.browser_memory_mib, net_policy=o.net_policy,
                                 allow_private_network=o.allow_private_network, net_allow=list(o.net_allow),
                                 net_deny=list(o.net_deny), proxies=proxies,
-                                request_rules=[str(Path(r).resolve()) for r in o.request_rules]),
+                                request_rules=[str(Path(r).resolve()) for r in o.request_rules],
+                                user_agent=o.user_agent, consent=o.consent),
             reward=o.reward, secret_env=tuple(dict.fromkeys(["OPENAI_API_KEY", o.api_key_env])),
             straggler_fraction=o.straggler_fraction if o.stragglers else None,
             straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,

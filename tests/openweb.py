@@ -8,9 +8,9 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
 - ``limited.test``: HTTP 429 with ``Retry-After: 120`` (a rate limiter);
 - ``challenge.test``: HTTP 200 with a bot-wall challenge page ("Just a moment...");
 - any other name: a plain page titled with the host's name, answered after ``delay_s`` (so that episodes of
-  several sites overlap in time); on every host ``/missing`` is a 404, ``/broken`` a 500, ``/download`` a
-  file sent as an attachment and ``/with-ads`` a page that pulls scripts from ``ads.test`` and pixels from
-  ``tracker.test``.
+  several sites overlap in time). On every host ``/missing`` is a 404, ``/broken`` a 500, ``/download`` a file
+  sent as an attachment, ``/consent`` a page behind a OneTrust-style cookie wall, and ``/with-ads`` a page that
+  pulls scripts from ``ads.test`` and pixels from ``tracker.test``.
 
 The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
 ``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
@@ -43,6 +43,7 @@ class OpenWeb:
     def __init__(self, delay_s: float = 0.3) -> None:
         self.delay_s = delay_s
         self.hits: Counter[str] = Counter()
+        self.user_agents: list[str] = []  # of every page request
         self.port = 0
         self.tls_port = 0
         self.closed_port = _free_port()  # nothing listens there
@@ -103,6 +104,15 @@ class OpenWeb:
             return _html(404, "Not found", "No such page.")
         if request.path == "/broken":
             return _html(500, "Server error", "Something broke.")
+        self.user_agents.append(request.headers.get("User-Agent", ""))
+        if request.path == "/consent":  # a OneTrust-style cookie wall in front of the page
+            wall = ('<div id="onetrust-banner-sdk" style="position:fixed;inset:0;background:#fff">We use cookies.'
+                    '<button id="onetrust-reject-all-handler" onclick="this.parentNode.remove();'
+                    "document.title='rejected'\">Reject all</button>"
+                    '<button id="onetrust-accept-btn-handler" onclick="this.parentNode.remove();'
+                    "document.title='accepted'\">Accept</button></div>")
+            return web.Response(text=f"<!doctype html><title>walled</title><h1>News</h1>{wall}",
+                                content_type="text/html")
         if request.path == "/with-ads":  # a page that pulls third-party ads and a tracker
             third = "".join(f'<script src="{self.url("ads.test", f"/ad{i}.js")}"></script>'
                             f'<img src="{self.url("tracker.test", f"/px{i}.gif")}">' for i in range(5))

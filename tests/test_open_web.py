@@ -189,6 +189,25 @@ async def test_request_rules_refuse_ads_and_trackers_in_the_worker(tmp_path: Pat
     assert openweb.hits["ads.test"] == before["ads.test"] and openweb.hits["tracker.test"] == before["tracker.test"]
 
 
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.parametrize("consent", ["off", "reject"])
+async def test_a_consent_wall_is_answered_only_when_asked_and_the_record_says_so(
+        tmp_path: Path, openweb: OpenWeb, consent: str) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(0, openweb.url("news.test", "/consent"))])
+    cfg = config(tmp_path, tasks, openweb, concurrency=1)
+    cfg.worker.consent = consent
+    cfg.worker.user_agent = "webgym-engine-test/1.0"
+    _, run_dir = await run(cfg, AnswerPolicy(), None)
+    [record] = read_records(run_dir)
+    events = [e for e in record.get("open_events") or [] if e["kind"] == "consent"]
+    if consent == "off":  # the model sees the wall, as a person would
+        assert record["steps"][0]["title"] == "walled" and not events
+    else:
+        assert record["steps"][0]["title"] == "rejected"
+        assert events and events[0]["detail"] == "reject: OneTrust: #onetrust-reject-all-handler"
+    assert openweb.user_agents[-1] == "webgym-engine-test/1.0"
+
+
 def test_request_rules_read_hosts_files_and_easylist_domain_rules() -> None:
     rules = RequestRules()
     rules.add_lines(["0.0.0.0 ads.example", "127.0.0.1 localhost", "||tracker.example^", "||cdn.example^$third-party",
