@@ -471,6 +471,25 @@ class EpisodePage:
 
     async def _settle(self, deadline: float, quiet_ms: int) -> str:
         """Wait until navigation is over and the document is quiet; 'quiet', 'busy' or 'timeout'."""
+        state = await self._settle_until(deadline, quiet_ms)
+        if state == "timeout":
+            await self._read_location()
+        return state
+
+    async def _read_location(self) -> None:
+        """After a timeout: the URL, title and status of whatever document the tab shows (a page whose load event
+        never came, because a script never finished, is still a page), within a short cap."""
+        expr = ("[location.href, document.title, "
+                "(performance.getEntriesByType('navigation')[0] || {}).responseStatus || null]")
+        with contextlib.suppress(PlaywrightError, TimeoutError):
+            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {"expression": expr,
+                                                                               "returnByValue": True}), 0.5)
+            value = res.get("result", {}).get("value")
+            if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
+                self.url, self.title = value[0], str(value[1])
+                self.status = value[2] if isinstance(value[2], int) and value[2] > 0 else None
+
+    async def _settle_until(self, deadline: float, quiet_ms: int) -> str:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -9,8 +9,9 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
 - ``challenge.test``: HTTP 200 with a bot-wall challenge page ("Just a moment...");
 - any other name: a plain page titled with the host's name, answered after ``delay_s`` (so that episodes of
   several sites overlap in time). On every host ``/missing`` is a 404, ``/broken`` a 500, ``/download`` a file
-  sent as an attachment, ``/consent`` a page behind a OneTrust-style cookie wall, and ``/with-ads`` a page that
-  pulls scripts from ``ads.test`` and pixels from ``tracker.test``.
+  sent as an attachment, ``/consent`` a page behind a OneTrust-style cookie wall, ``/with-ads`` a page that
+  pulls scripts from ``ads.test`` and pixels from ``tracker.test``, ``/redirect`` a 302 chain through
+  ``tracker.test`` back to ``/landed``, and ``/slow-scripts`` a page whose third-party script never finishes.
 
 The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
 ``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
@@ -74,7 +75,8 @@ class OpenWeb:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_route("GET", "/{tail:.*}", self._page)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A handler that never answers (/hang.js) must not hold up the shutdown.
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -112,6 +114,16 @@ class OpenWeb:
                     '<button id="onetrust-accept-btn-handler" onclick="this.parentNode.remove();'
                     "document.title='accepted'\">Accept</button></div>")
             return web.Response(text=f"<!doctype html><title>walled</title><h1>News</h1>{wall}",
+                                content_type="text/html")
+        if request.path == "/redirect":  # a 30x chain through a tracker, as ad and e-mail links go
+            raise web.HTTPFound(self.url("tracker.test", "/click?to=" + self.url(host, "/landed")))
+        if request.path == "/click" and host == "tracker.test":
+            raise web.HTTPFound(request.query.get("to", "/"))
+        if request.path == "/hang.js":  # a third-party script that never finishes loading
+            await asyncio.sleep(3600)
+        if request.path == "/slow-scripts":
+            script = f'<script async src="{self.url("ads.test", "/hang.js")}"></script>'
+            return web.Response(text=f"<!doctype html><title>{host}</title><h1>Slow</h1>{script}",
                                 content_type="text/html")
         if request.path == "/with-ads":  # a page that pulls third-party ads and a tracker
             third = "".join(f'<script src="{self.url("ads.test", f"/ad{i}.js")}"></script>'

@@ -231,6 +231,23 @@ def test_proxy_urls_name_their_credentials() -> None:
         parse_proxy("socks5://proxy.example:1080", env)
 
 
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_redirect_chain_and_a_script_that_never_loads_end_in_usable_pages(
+        tmp_path: Path, openweb: OpenWeb) -> None:
+    redirect, slow = openweb.url("shop.test", "/redirect"), openweb.url("news.test", "/slow-scripts")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(0, redirect), task(1, slow)])
+    cfg = config(tmp_path, tasks, openweb, concurrency=2)
+    cfg.worker.open_timeout_s = cfg.worker.settle_timeout_s = 3.0  # the hanging script: nothing waits longer
+    _, run_dir = await run(cfg, AnswerPolicy(), None)
+    records = {r["task"]["website"]: r for r in read_records(run_dir)}
+    landed = records[redirect]["steps"][0]
+    # Through the tracker and back: the page the policy saw is where the chain ended.
+    assert landed["url"] == openweb.url("shop.test", "/landed") and landed["http_status"] == 200
+    hung = records[slow]
+    assert hung["status"] != "error" and hung["steps"][0]["title"] == "news.test"  # the document is usable
+    assert hung["duration_s"] < 30  # capped by the settle timeout, not the script
+
+
 def test_block_pages_are_told_from_ordinary_ones() -> None:
     assert block_reason(403, "Forbidden") == "HTTP 403 on the start page"
     assert block_reason(429, "") == "HTTP 429 on the start page"
