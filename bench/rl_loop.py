@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.model_api import ChatRequest, Generation, image_refs
 from policy.hf_backend import HFModel
 from policy.simulated import LatencyModel
 from policy.tiny_models import build_tiny_model
@@ -41,6 +41,7 @@ from policy.weight_sync import InProcessSync
 from train.config import TrainConfig
 from train.loop import IterationReport, LoopConfig, run_loop
 from train.policy_target import PolicyTarget
+from train.utilization import CountingModel
 
 # A coin flip evaluated on the final page (Math.random() < 0.5): reward variance within every group.
 COIN_TASKS = [
@@ -51,26 +52,14 @@ COIN_TASKS = [
 ]
 
 
-class PacedModel(LanguageModel):
+class PacedModel(CountingModel):
     """A benchmark stand-in: ``model``'s replies, each held back to a served VLM's latency (prefill, images and a
     log-normal number of decoded tokens, slower as more requests decode at once: :class:`LatencyModel`)."""
 
     def __init__(self, model: HFModel, latency: LatencyModel, seed: int = 0) -> None:
-        self.model = model
+        super().__init__(model)
         self.latency = latency
-        self.name, self.model_name = model.name, model.model_name
         self._rng = random.Random(seed)
-        self.in_flight = 0
-
-    @property
-    def resize(self) -> dict[str, int] | None:  # type: ignore[override]
-        return self.model.resize
-
-    async def start(self) -> None:
-        await self.model.start()
-
-    async def close(self) -> None:
-        await self.model.close()
 
     def seconds(self, request: ChatRequest) -> float:
         lm = self.latency
@@ -81,14 +70,10 @@ class PacedModel(LanguageModel):
         return ms / 1000.0 / lm.speed
 
     async def generate(self, request: ChatRequest) -> Generation:
-        self.in_flight += 1
-        try:
-            pace = asyncio.ensure_future(asyncio.sleep(self.seconds(request)))
-            gen = await self.model.generate(request)
-            await pace
-            return gen
-        finally:
-            self.in_flight -= 1
+        pace = asyncio.ensure_future(asyncio.sleep(self.seconds(request)))
+        gen = await super().generate(request)
+        await pace
+        return gen
 
 
 def config(root: Path, model: Path, mode: str, args: argparse.Namespace) -> LoopConfig:

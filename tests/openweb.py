@@ -31,6 +31,7 @@ import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Self
 
 from aiohttp import web
 
@@ -38,10 +39,35 @@ HOSTS = ("shop.test", "news.test", "wiki.test", "travel.test", "blocked.test", "
          "secure.test", "closed.test", "ads.test", "tracker.test")
 
 
-class OpenWeb:
-    """The server, in a thread of its own (``with OpenWeb() as web: web.url("shop.test")``)."""
+class _ThreadServer:
+    """A server on an event loop of its own thread: ``with`` starts it (``_start``) and stops it (``_stop``)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=type(self).__name__, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class OpenWeb(_ThreadServer):
+    """The server (``with OpenWeb() as web: web.url("shop.test")``)."""
 
     def __init__(self, delay_s: float = 0.3) -> None:
+        super().__init__()
         self.delay_s = delay_s
         self.hits: Counter[str] = Counter()
         self.user_agents: list[str] = []  # of every page request
@@ -49,9 +75,7 @@ class OpenWeb:
         self.tls_port = 0
         self.closed_port = _free_port()  # nothing listens there
         self._tmp = tempfile.TemporaryDirectory(prefix="openweb-")
-        self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="openweb", daemon=True)
 
     def url(self, host: str, path: str = "/") -> str:
         return f"http://{host}:{self.port}{path}"
@@ -61,15 +85,8 @@ class OpenWeb:
         """The worker's name -> address map for these sites."""
         return dict.fromkeys(HOSTS, "127.0.0.1")
 
-    def __enter__(self) -> OpenWeb:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        super().__exit__(*exc)
         self._tmp.cleanup()
 
     async def _start(self) -> None:
@@ -156,28 +173,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class UpstreamTestProxy:
+class UpstreamTestProxy(_ThreadServer):
     """A stand-in for a proxy provider's proxy: CONNECT tunnels only, Basic credentials required, tunnels counted
     (:attr:`tunnels`). Runs in its own thread, like :class:`OpenWeb`."""
 
     def __init__(self, user: str, password: str) -> None:
+        super().__init__()
         self.expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         self.tunnels = 0
         self.refused = 0
         self.port = 0
-        self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="upstream-proxy", daemon=True)
-
-    def __enter__(self) -> UpstreamTestProxy:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
 
     async def _start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
