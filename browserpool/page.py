@@ -24,11 +24,15 @@ from browserpool.netpolicy import NetPolicy
 from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, SOM_FN
 from browserpool.protocol import BrowserAction, PageEvent
 
-_SETTLE_EXPR = (
-    "(window.__wgSettle ? window.__wgSettle({quiet}, {cap}) : Promise.resolve('quiet'))"
-    ".then(s => [s, location.href, document.title,"
-    " (performance.getEntriesByType('navigation')[0] || {{}}).responseStatus || null])"
-)
+# The main document's HTTP status (Navigation Timing), null when it has none.
+_STATUS_EXPR = "((performance.getEntriesByType('navigation')[0] || {}).responseStatus || null)"
+_LOCATION_EXPR = f"[location.href, document.title, {_STATUS_EXPR}]"
+
+
+def _settle_expr(quiet_ms: int, cap_ms: int) -> str:
+    """The settle check: waits for a quiet document (the init script's __wgSettle), then reports where it is."""
+    return (f"(window.__wgSettle ? window.__wgSettle({quiet_ms}, {cap_ms}) : Promise.resolve('quiet'))"
+            f".then(s => [s].concat({_LOCATION_EXPR}))")
 
 
 # Longest element text a Set-of-Marks pass reports (longer ones are cut, with an ellipsis).
@@ -479,10 +483,8 @@ class EpisodePage:
     async def _read_location(self) -> None:
         """After a timeout: the URL, title and status of whatever document the tab shows (a page whose load event
         never came, because a script never finished, is still a page), within a short cap."""
-        expr = ("[location.href, document.title, "
-                "(performance.getEntriesByType('navigation')[0] || {}).responseStatus || null]")
         with contextlib.suppress(PlaywrightError, TimeoutError):
-            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {"expression": expr,
+            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {"expression": _LOCATION_EXPR,
                                                                                "returnByValue": True}), 0.5)
             value = res.get("result", {}).get("value")
             if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
@@ -502,7 +504,7 @@ class EpisodePage:
                 continue
             self._nav_changed.clear()
             cap_ms = int(min(quiet_ms + self.cfg.idle_cap_ms, remaining * 1000))
-            expr = _SETTLE_EXPR.format(quiet=quiet_ms, cap=cap_ms)
+            expr = _settle_expr(quiet_ms, cap_ms)
             try:
                 res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
                     "expression": expr, "returnByValue": True, "awaitPromise": True}), remaining)

@@ -109,7 +109,7 @@ class EngineCore:
         self._policies: dict[int, tuple[Policy, asyncio.Future[None]]] = {}
         self._samples: dict[str, int] = {}
         self._pending: DomainQueue[Rollout] = DomainQueue(lambda r: domain_of(r.task.website), cfg.domain_limit,
-                                                           exempt=self._own_site)
+                                                           exempt=lambda r: self._is_own(r.task.website))
         self.blocklist: Blocklist | None = None  # opened by start() (its default file is in the run directory)
         self._jobs: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._runners: list[asyncio.Task[None]] = []
@@ -379,16 +379,13 @@ class EngineCore:
             self._note_block(rollout)
         self._deliver(rollout)
 
-    def _own_site(self, rollout: Rollout) -> bool:
-        """Whether the rollout's task is on the engine's own sites (no domain cap, never blocked)."""
-        return self._is_own(rollout.task.website)
-
     def _is_own(self, website: str) -> bool:
+        """Whether ``website`` is on the engine's own sites (no domain cap, never blocked)."""
         return bool(self.base_url) and website.startswith(self.base_url or "")
 
     async def _skipped_as_blocked(self, rollout: Rollout) -> bool:
         """End the rollout with a ``blocked_domain`` record when its site is on the blocklist; whether it did."""
-        if self.blocklist is None or self._own_site(rollout):
+        if self.blocklist is None or self._is_own(rollout.task.website):
             return False
         domain = domain_of(rollout.task.website)
         entry = self.blocklist.blocked(domain)

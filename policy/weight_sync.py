@@ -184,7 +184,7 @@ class VLLMDiskSync(ServerSync):
 
     async def served_version(self, model: OpenAIModel) -> str | None:
         info = await self._call("GET", f"{self.root(model)}/weight_info")
-        return _label(info)
+        return _version_label(info)
 
 
 class SGLangDiskSync(ServerSync):
@@ -203,10 +203,11 @@ class SGLangDiskSync(ServerSync):
 
     async def served_version(self, model: OpenAIModel) -> str | None:
         info = await self._call("GET", f"{self.root(model)}/model_info")
-        return _label(info)
+        return _version_label(info)
 
 
-def _label(info: Any) -> str | None:
+def _version_label(info: Any) -> str | None:
+    """The ``weight_version`` of a server's info reply, as a string (None when it has none)."""
     value = info.get("weight_version") if isinstance(info, dict) else None
     return None if value is None else str(value)
 

@@ -57,17 +57,18 @@ def plot_curves(history: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title("training loss")
-    fig.tight_layout()
-    fig.savefig(out_dir / "loss.png", dpi=100)
-    plt.close(fig)
-    written.append(out_dir / "loss.png")
+    written.append(_save(plt, fig, out_dir / "loss.png"))
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, [m["reward"] for m in history], label="reward")
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward of the step's samples")
     ax.set_title("reward")
-    fig.tight_layout()
-    fig.savefig(out_dir / "reward.png", dpi=100)
-    plt.close(fig)
-    written.append(out_dir / "reward.png")
+    written.append(_save(plt, fig, out_dir / "reward.png"))
     return written
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
