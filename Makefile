@@ -5,6 +5,10 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 APT_PKGS := chromium libturbojpeg0-dev cmake gcc
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/_imgcodec/*.h)
+# The editable install maps each module to its file: a module added, moved or removed (its folder's time changes)
+# needs a new map, which a reinstall makes in seconds.
+PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool policy train tui bench viewer server) -type d \
+                  -not -name __pycache__ -not -path '*/sites/*' 2>/dev/null)
 
 .PHONY: run test setup system lint bench clean
 
@@ -23,7 +27,7 @@ system:
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); }
 
-$(STAMP): $(SOURCES)
+$(STAMP): $(SOURCES) $(PACKAGE_DIRS)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
 	# This pin installs a CPU build here; an unpinned torch pulls gigabytes of CUDA packages.

@@ -1,6 +1,6 @@
 """``webgym-engine bench SUITE... [--quick] [--out DIR] [--repeats N] [--publish DOCS]``.
 
-Suites: ceiling, async, scaling, overhead, codec, policy, or ``all`` (see ``bench/suites.py`` for what
+Suites: ceiling, async, scaling, overhead, codec, policy, or ``all`` (see ``bench/suites/`` for what
 each measures and how). Writes a results directory (default ``bench-results/<UTC timestamp>/``) with one
 JSON file per suite, the plots and ``summary.md``, and prints the summary table. ``--publish docs`` also
 copies the plots to ``docs/benchmarks/`` and rewrites ``docs/benchmarks.md`` from this run.

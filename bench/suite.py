@@ -1,6 +1,6 @@
 """The benchmark suite's framework: figures over repeated runs, machine facts, the results directory.
 
-A suite (``bench/suites.py``) runs its measurements ``repeats`` times and records every value of every
+A suite (``bench/suites/``) runs its measurements ``repeats`` times and records every value of every
 figure in a :class:`SuiteResult`; a :class:`Figure` reports the median with the min and max, and, where
 the project sets one, the goal and whether the median meets it. :func:`write_results` writes::
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITE_NAMES = ("ceiling", "async", "scaling", "overhead", "codec", "policy")  # implemented in bench/suites.py
+SUITE_NAMES = ("ceiling", "async", "scaling", "overhead", "codec", "policy")  # implemented in bench/suites/
 SCALES = ("tiny", "quick", "full")
 LIBRARIES = ("numpy", "playwright", "pyzmq", "msgpack", "uvloop", "psutil", "torch", "transformers", "matplotlib")
 GOAL_OPS = {">=": lambda v, t: v >= t, "<=": lambda v, t: v <= t, ">": lambda v, t: v > t, "<": lambda v, t: v < t}
@@ -387,7 +387,7 @@ def publish(out: Path, docs: Path, results: Sequence[SuiteResult], machine: dict
     text = summary_markdown(results, machine, scale, plots_prefix="benchmarks/")
     text = text.replace("# Benchmark summary", "# Benchmarks", 1)
     text += ("\nRegenerate with `webgym-engine bench all --publish docs` on a quiet machine "
-             "(`--quick` for a shorter run); the suites and their methods are described in `bench/suites.py`.\n")
+             "(`--quick` for a shorter run); the suites and their methods are described in `bench/suites/`.\n")
     path = docs / "benchmarks.md"
     path.write_text(text, encoding="utf-8")
     # The machine and goals table alone, for the README's "Measured" section.

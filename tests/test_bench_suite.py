@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from bench.cli import bench
 from bench.suite import SUITE_NAMES, Figure, SuiteResult, plot_series, publish, summary_markdown, write_suite
-from bench.suites import PHASE_NAMES, gpu_unavailable_reason
+from bench.suites.overhead import PHASE_NAMES
+from bench.suites.policy import gpu_unavailable_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
