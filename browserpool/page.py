@@ -35,6 +35,14 @@ def _settle_expr(quiet_ms: int, cap_ms: int) -> str:
             f".then(s => [s].concat({_LOCATION_EXPR}))")
 
 
+# Asked of a start page answered with HTTP 429: how long the site wants the agent to stay away. Navigation Timing has
+# no response headers, and watching every response of every load for this rare case would cost every page; the page
+# asks its own URL once more (HEAD, uncached) and reads the header, for at most 3 s.
+_RETRY_AFTER_EXPR = (
+    "Promise.race([fetch(location.href, {method: 'HEAD', cache: 'no-store', credentials: 'include'})"
+    ".then(r => r.headers.get('retry-after'), () => null), new Promise(r => setTimeout(() => r(null), 3000))])")
+RETRY_AFTER_CHARS = 64
+
 # Longest element text a Set-of-Marks pass reports (longer ones are cut, with an ellipsis).
 SOM_TEXT_CHARS = 80
 
@@ -417,6 +425,14 @@ class EpisodePage:
             msg = details.get("exception", {}).get("description") or details.get("text", "error")
             return {"error": msg.splitlines()[0]}
         return res.get("result", {}).get("value")
+
+    async def retry_after(self) -> str | None:
+        """The Retry-After header of the document's URL, asked again (see ``_RETRY_AFTER_EXPR``); None without one."""
+        with contextlib.suppress(PageHung, PlaywrightError):
+            value = await self.evaluate(_RETRY_AFTER_EXPR)
+            if isinstance(value, str) and value.strip():
+                return value.strip()[:RETRY_AFTER_CHARS]
+        return None
 
     async def reset(self, more_origins: set[str] | None = None) -> None:
         """Make the tab reusable by another episode: leave the page (its scripts stop), forget the

@@ -128,6 +128,8 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # The browser's net error for the navigation the operation started ("net::ERR_CERT_AUTHORITY_INVALID", ...);
     # None when the document loaded (whatever its HTTP status) or the operation did not navigate.
     load_error: str | None = None
+    # A rate-limited start page's Retry-After header, as sent (capped): asked only of an open answered with 429.
+    retry_after: str | None = None
 
 
 # --- messages -----------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ class ContextSlot:
     creating_page: bool = False  # the worker's own new_page() is under way: that page is no popup
     closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed
     tainted: bool = False  # past the page cap: not reused after its episode
+    popups: int = 0  # pages this episode's pages opened besides its tab
 
 
 @dataclass
@@ -307,6 +308,7 @@ class BrowserWorker:
             finally:
                 slot.creating_page = False
         slot.events.clear()  # a previous episode's late events are not this one's
+        slot.popups = 0
         ep = Episode(slot, som=som, probe_js=probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
@@ -322,6 +324,8 @@ class BrowserWorker:
                 retries += 1
             if retries:
                 timings["open_retries"] = float(retries)
+            # A rate limiter's answer: how long it wants the agent away (the engine's blocklist keeps to it).
+            retry_after = await ep.page.retry_after() if ep.page.status == 429 else None
             if ep.page.note is not None:
                 # The task's own start page is refused: the episode cannot run as specified.
                 raise ActionRefused(ep.page.note)
@@ -332,7 +336,7 @@ class BrowserWorker:
                 # The first screenshot must show the page as the setup left it (e.g. a generated task).
                 settle, setup_timings = await ep.page.run_setup(setup_js)
                 timings.update(setup_timings)
-            return await self._observe(ep, settle, timings, point, shot=shot)
+            return await self._observe(ep, settle, timings, point, shot=shot, retry_after=retry_after)
 
     async def _answer_consent(self, ep: Episode, url: str, timings: dict[str, float]) -> None:
         """Click the configured button of a known consent manager's wall, if the start page shows one (recorded as a
@@ -348,10 +352,11 @@ class BrowserWorker:
 
     async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
                        point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
-                       fmt: str = "jpeg") -> P.Observation:
+                       fmt: str = "jpeg", retry_after: str | None = None) -> P.Observation:
         """The settled page as an Observation: the screenshot (``fmt`` jpeg or png; Set-of-Marks boxes drawn on
         it with ``som``, default the episode's mode), its elements, the probe's value and the page's events.
-        ``shot`` False: no screenshot (a client that asks for one when it wants it: the HTTP server)."""
+        ``shot`` False: no screenshot (a client that asks for one when it wants it: the HTTP server). ``retry_after``:
+        a rate-limited start page's Retry-After header (opens only)."""
         page = ep.page
         elements: list[list[Any]] | None = None
         note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
@@ -367,7 +372,8 @@ class BrowserWorker:
         if not shot:
             return P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                                  self.cfg.viewport_height, None, None, timings, point, note, None, probe, None,
-                                 ep.slot.events.take(), page.status, page.load_error)
+                                 ep.slot.events.take(), page.status, page.load_error,
+                                 retry_after)
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
@@ -406,7 +412,8 @@ class BrowserWorker:
         ref = self.ring.write(image) if (self.ring and self.use_shm) else None
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else image, timings, point, note, elements,
-                            probe, change, ep.slot.events.take(), page.status, page.load_error)
+                            probe, change, ep.slot.events.take(), page.status, page.load_error,
+                            retry_after)
         return obs  # a Reply's body: msgspec encodes the struct as an array
 
     async def _new_context(self) -> ContextSlot:
@@ -453,7 +460,9 @@ class BrowserWorker:
             ep_page.announced_popups -= 1
         else:
             slot.events.add("popup", page.url, "closed")
-        if len(slot.context.pages) > self.cfg.max_pages_per_context and not slot.tainted:
+        slot.popups += 1
+        # Counted over the episode, not at once: how many are open at a time depends on how fast they close.
+        if 1 + slot.popups > self.cfg.max_pages_per_context and not slot.tainted:
             slot.tainted = True
             slot.events.add("popup", page.url, f"over the cap of {self.cfg.max_pages_per_context} pages: "
                                                "the context is discarded after this episode")

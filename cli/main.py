@@ -24,7 +24,7 @@ from cli.tasks import tasks as tasks_group
 from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.config import RunConfig
 from engine.core import EngineCore, new_run_dir
-from engine.domains import DEFAULT_DOMAIN_LIMIT
+from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from engine.judge import JudgeConfig, RubricJudge
 from engine.judging import rejudge
 from engine.miniwob import is_miniwob_spec, miniwob_mount
@@ -149,6 +149,9 @@ def main() -> None:
 # --- websites ---
 @click.option("--domain-limit", type=click.IntRange(0), default=DEFAULT_DOMAIN_LIMIT, show_default=True,
               help="Episodes at once on one website (host name); the engine's own sites have no cap. 0: no cap.")
+@click.option("--domain-rate", type=click.FloatRange(0), default=DEFAULT_DOMAIN_RATE, show_default=True,
+              help="Actions (page loads, clicks, typing) per second sent to one website's pages, in bursts of at "
+                   "most that many; the engine's own sites have no cap. 0: no cap.")
 @click.option("--blocklist", "blocklist_path", type=click.Path(dir_okay=False), default=None,
               help="The blocklist file (shared by several runs); default: blocklist.json in the run directory.")
 @click.option("--blocklist-hours", type=click.FloatRange(0, min_open=True), default=12.0, show_default=True,
@@ -207,7 +210,8 @@ def run_cmd(**opts: Any) -> None:
             straggler_fraction=o.straggler_fraction if o.stragglers else None,
             straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,
             episode_timeout_s=o.episode_timeout, policy_step_timeout_s=o.policy_step_timeout,
-            domain_limit=o.domain_limit, blocklist=o.blocklist_path, blocklist_ttl_s=o.blocklist_hours * 3600)
+            domain_limit=o.domain_limit, domain_rate=o.domain_rate, blocklist=o.blocklist_path,
+            blocklist_ttl_s=o.blocklist_hours * 3600)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if o.reward == "judge" and not o.judge_base_url:

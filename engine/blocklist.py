@@ -1,10 +1,13 @@
 """The blocklist: domains that blocked the agent, skipped until their entry expires (12 hours, as the original).
 
 Entries come from the judge's "blocked" verdict and from block pages the engine sees itself (HTTP 403 or 429 on
-an episode's start page, a known challenge or CAPTCHA page). A task whose domain is on the list ends with an
-error record of kind ``blocked_domain`` instead of running. The list is a JSON file (``blocklist.json`` in the
-run directory by default, or a shared path for several runs), written atomically and read again when another
-process changed it. ``webgym-engine tasks blocklist`` shows and clears it.
+an episode's start page, a known challenge or CAPTCHA page). A 429 that says when to come back (``Retry-After``)
+blocks its domain for that long instead (at least a minute, at most a week).
+
+A task whose domain is on the list ends with an error record of kind ``blocked_domain`` instead of running. The
+list is a JSON file (``blocklist.json`` in the run directory by default, or a shared path for several runs),
+written atomically and read again when another process changed it. ``webgym-engine tasks blocklist`` shows and
+clears it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 DEFAULT_TTL_S = 12 * 3600.0
+RETRY_AFTER_BOUNDS_S = (60.0, 7 * 86400.0)  # a Retry-After is kept to within these
 
 # Titles of the challenge and block pages of common bot walls (lowercased substrings).
 CHALLENGE_TITLES = ("just a moment", "attention required", "access denied", "are you a robot", "captcha",
@@ -46,6 +51,23 @@ def block_reason(status: int | None, title: str) -> str | None:
     return None
 
 
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), kept within
+    RETRY_AFTER_BOUNDS_S; None when there is none or it cannot be read."""
+    text = (value or "").strip()[:64]
+    if not text:
+        return None
+    if text.isdigit():
+        seconds = float(text)
+    else:
+        try:
+            seconds = parsedate_to_datetime(text).timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    low, high = RETRY_AFTER_BOUNDS_S
+    return min(max(seconds, low), high)
+
+
 class Blocklist:
     """The blocked domains of ``path`` (None: kept in memory only), each for ``ttl_s`` seconds."""
 
@@ -73,11 +95,13 @@ class Blocklist:
         now = time.time() if now is None else now
         return entry if entry is not None and entry.until > now else None
 
-    def add(self, domain: str, reason: str, source: str, now: float | None = None) -> Entry:
-        """Block ``domain`` for the ttl from ``now`` (an entry in force is extended)."""
+    def add(self, domain: str, reason: str, source: str, now: float | None = None,
+            for_s: float | None = None) -> Entry:
+        """Block ``domain`` from ``now`` for ``for_s`` seconds (None: the ttl); an entry in force is replaced."""
         self._reload()
         now = time.time() if now is None else now
-        entry = Entry(domain=domain, until=now + self.ttl_s, reason=reason, source=source, added=now)
+        until = now + (self.ttl_s if for_s is None else for_s)
+        entry = Entry(domain=domain, until=until, reason=reason, source=source, added=now)
         self._entries[domain] = entry
         self._save()
         return entry

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from browserpool.config import WorkerConfig
 from engine.blocklist import DEFAULT_TTL_S
 from engine.bounds import PageLimits
-from engine.domains import DEFAULT_DOMAIN_LIMIT
+from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from engine.rollout import REWARD_MODES, RolloutSettings
 from engine.tasks import BUNDLED_TASKS
 
@@ -63,8 +63,10 @@ class RunConfig:
     page_limits: PageLimits = field(default_factory=PageLimits)
     # Websites (engine.domains, engine.blocklist): at most domain_limit episodes at once per domain (0: no cap;
     # the engine's own sites have none); domains on the blocklist (a JSON file: None means blocklist.json in the
-    # run directory) are skipped with a record until their entry expires after blocklist_ttl_s.
+    # run directory) are skipped with a record until their entry expires after blocklist_ttl_s. Actions sent to one
+    # domain's pages are spaced to at most domain_rate per second (0: no cap).
     domain_limit: int = DEFAULT_DOMAIN_LIMIT
+    domain_rate: float = DEFAULT_DOMAIN_RATE
     blocklist: str | None = None
     blocklist_ttl_s: float = DEFAULT_TTL_S
 
@@ -84,8 +86,8 @@ class RunConfig:
             raise ValueError(f"RunConfig.mode must be 'async' or 'sync', not {self.mode!r}")
         if self.reward not in REWARD_MODES:
             raise ValueError(f"RunConfig.reward must be one of {REWARD_MODES}, not {self.reward!r}")
-        if self.domain_limit < 0 or self.blocklist_ttl_s <= 0:
-            raise ValueError("RunConfig.domain_limit must be >= 0 and blocklist_ttl_s > 0")
+        if self.domain_limit < 0 or self.domain_rate < 0 or self.blocklist_ttl_s <= 0:
+            raise ValueError("RunConfig.domain_limit and domain_rate must be >= 0 and blocklist_ttl_s > 0")
         if self.straggler_fraction is not None and not 0 < self.straggler_fraction <= 1:
             raise ValueError("RunConfig.straggler_fraction must be in (0, 1]")
         if self.concurrency < 1 or self.workers < 1:

@@ -31,7 +31,7 @@ from browserpool.auth import KeyFileError, ServerKeys
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
 from engine.blocklist import Blocklist
 from engine.config import RunConfig
-from engine.domains import DomainQueue, domain_of
+from engine.domains import DomainPacer, DomainQueue, domain_of
 from engine.judge import RubricJudge
 from engine.judging import JudgeQueue
 from engine.policy_api import Policy
@@ -110,6 +110,7 @@ class EngineCore:
         self._samples: dict[str, int] = {}
         self._pending: DomainQueue[Rollout] = DomainQueue(lambda r: domain_of(r.task.website), cfg.domain_limit,
                                                            exempt=lambda r: self._is_own(r.task.website))
+        self.pacer = DomainPacer(cfg.domain_rate)
         self.blocklist: Blocklist | None = None  # opened by start() (its default file is in the run directory)
         self._jobs: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._runners: list[asyncio.Task[None]] = []
@@ -247,7 +248,7 @@ class EngineCore:
         return RolloutContext(pool=self.pool, policy=policy, policy_slots=policy_slots or self.policy_slots,
                               store=self.store, stats=self.stats,
                               settings=settings or self.cfg.rollout_settings(policy_version),
-                              on_status=self._status, judge=self.judge_queue)
+                              on_status=self._status, judge=self.judge_queue, pace=self._pace)
 
     def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None) -> Rollout:
         """A new rollout of ``task`` (``sample``: the next unused index of the task when None), announced to
@@ -383,6 +384,10 @@ class EngineCore:
         """Whether ``website`` is on the engine's own sites (no domain cap, never blocked)."""
         return bool(self.base_url) and website.startswith(self.base_url or "")
 
+    async def _pace(self, url: str) -> float:
+        """Wait until an action may go to ``url``'s site (the engine's own sites never wait)."""
+        return 0.0 if self._is_own(url) else await self.pacer.wait(domain_of(url))
+
     async def _skipped_as_blocked(self, rollout: Rollout) -> bool:
         """End the rollout with a ``blocked_domain`` record when its site is on the blocklist; whether it did."""
         if self.blocklist is None or self._is_own(rollout.task.website):
@@ -400,12 +405,13 @@ class EngineCore:
         """An episode that ended on a block page puts its domain on the blocklist."""
         error = (rollout.record or {}).get("error") or {}
         if error.get("kind") == "blocked":
-            self._block(rollout.task.website, str(error.get("message") or "a block page"), "page")
+            self._block(rollout.task.website, str(error.get("message") or "a block page"), "page",
+                        rollout.block_for_s)
 
-    def _block(self, website: str, reason: str, source: str) -> None:
+    def _block(self, website: str, reason: str, source: str, for_s: float | None = None) -> None:
         domain = domain_of(website)
         if self.blocklist is not None and domain and not self._is_own(website):
-            self.blocklist.add(domain, reason, source)
+            self.blocklist.add(domain, reason, source, for_s=for_s)
 
     async def _policy_started(self, rollout: Rollout) -> bool:
         """Start the rollout's policy; a policy that cannot start ends its episodes (error records), not the

@@ -5,6 +5,10 @@ queue (level 1) with a cap on the episodes running at once per domain: a runner 
 whose domain has room, preferring the domain with the fewest episodes running, so 64 browsers spread over the
 task set's sites instead of landing on one. The engine's own sites (the bundled-site server) have no cap.
 
+:class:`DomainPacer` spaces the actions sent to one domain's pages (page loads, clicks, typing: each one makes the
+site answer requests) to at most ``rate`` per second, with a burst of ``rate`` actions. It is the engine's part of a
+request-rate limit: the engine decides when an action goes out, not which requests the page then makes.
+
 A domain is the URL's host name, lowercased, without a leading ``www.`` (``www.shop.example`` and
 ``shop.example`` are one site; ``a.shop.example`` another). Registrable domains (the public-suffix list) would
 merge more; a host name is what a site's rate limiter sees.
@@ -14,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
 DEFAULT_DOMAIN_LIMIT = 8  # episodes at once on one site (0: no cap)
+DEFAULT_DOMAIN_RATE = 4.0  # actions per second sent to one site's pages (0: no cap)
 
 T = TypeVar("T")
 
@@ -111,3 +117,36 @@ class DomainQueue(Generic[T]):
             if not self.running[key]:
                 del self.running[key]
             self._changed.set()
+
+
+class DomainPacer:
+    """At most ``rate`` actions per second per domain, with a burst of ``rate`` (``0``: no cap): the generic cell
+    rate algorithm, one timestamp per domain, so a waiting action costs one timer and no polling."""
+
+    def __init__(self, rate: float = DEFAULT_DOMAIN_RATE) -> None:
+        if rate < 0:
+            raise ValueError("the domain rate must be >= 0")
+        self.rate = rate
+        self._interval = 1.0 / rate if rate else 0.0
+        self._burst = max(1.0, rate) * self._interval  # how far ahead of now a domain's schedule may run
+        self._tat: dict[str, float] = {}  # domain -> theoretical arrival time of its next action
+        self.waited_s: dict[str, float] = {}  # total time actions waited per domain
+
+    def delay(self, domain: str, now: float | None = None) -> float:
+        """Reserve the next action on ``domain``; how long it must wait first (0: go now)."""
+        if not self.rate or not domain:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        tat = max(self._tat.get(domain, now), now) + self._interval
+        self._tat[domain] = tat
+        wait = max(0.0, tat - self._burst - now)
+        if wait:
+            self.waited_s[domain] = self.waited_s.get(domain, 0.0) + wait
+        return wait
+
+    async def wait(self, domain: str) -> float:
+        """Wait until an action may go to ``domain``; returns the seconds waited."""
+        wait = self.delay(domain)
+        if wait:
+            await asyncio.sleep(wait)  # the slot this action reserved
+        return wait

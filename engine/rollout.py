@@ -14,14 +14,14 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
-from engine.blocklist import block_reason
+from engine.blocklist import block_reason, retry_after_s
 from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
 from engine.load_outcome import load_outcome
 from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
@@ -120,6 +120,8 @@ class RolloutContext:
     settings: RolloutSettings = field(default_factory=RolloutSettings)
     on_status: Callable[[EpisodeStatus], None] | None = None
     judge: JudgeQueue | None = None  # judges episodes off the rollout path
+    # Waits until an action may go to the site of a URL (engine.domains.DomainPacer); returns the seconds waited.
+    pace: Callable[[str], Awaitable[float]] | None = None
 
 
 def _page_reward(state: dict[str, Any] | None) -> Reward:
@@ -181,6 +183,7 @@ class Rollout:
         self.current_truncated: list[str] = []  # what the caps cut from the current observation
         self.page_url = ""  # the current page's real URL (records and prompts get it masked and capped)
         self.open_events: list[dict[str, str]] | None = None  # what the start page did as it loaded
+        self.block_for_s: float | None = None  # a block page's Retry-After: how long its domain stays blocked
         self.system_prompt: str | None = None
         self.frames_taken = 0
         self.answer: str | None = None
@@ -271,6 +274,9 @@ class Rollout:
             episode = {"episode_id": self.episode_id, "task_id": self.task.task_id, "sample": self.sample}
             page_args["setup_js"] = f"window.WEBGYM_EPISODE = {json.dumps(episode)};\n{page_args['setup_js']}"
         self.page_state: dict[str, Any] | None = None  # the probe's last readable result
+        paced = await self._pace(self.task.website)
+        if paced:
+            self.timings["pace_ms"] = round(paced * 1000, 1)
         t = time.monotonic()
         obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
@@ -279,6 +285,9 @@ class Rollout:
         self.open_events = _events(obs)  # what the start page did as it loaded (refused loads, popups...)
         blocked = block_reason(obs.status, obs.title)
         if blocked is not None:  # the site refuses the agent: the core puts its domain on the blocklist
+            self.block_for_s = retry_after_s(obs.retry_after)
+            if self.block_for_s is not None:
+                blocked += f", Retry-After {self.block_for_s:.0f} s"
             raise _EpisodeError("blocked", f"{blocked} ({self.page_url[:200]})")
         if isinstance(obs.probe, dict) and "error" not in obs.probe:
             self.page_state = obs.probe
@@ -329,6 +338,11 @@ class Rollout:
             self.answer = action.text or ""
             self.over = True
         else:
+            # The site the action goes to (a wait sends nothing): the per-domain rate counts it.
+            target = action.url if action.name == "navigate" and action.url else self.current.url
+            paced = await self._pace(target) if action.name != "wait" else 0.0
+            if paced:
+                timings["pace_ms"] = round(paced * 1000, 1)
             self._set(State.RUNNING, Op.EXECUTE)
             try:
                 obs, frame = await self.session.act(action.to_browser())
@@ -427,6 +441,10 @@ class Rollout:
         get); the real URL stays in ``page_url`` for the engine's own URL checks. Returns what was cut."""
         self.page_url = obs.url if isinstance(obs.url, str) else ""
         return bound_observation(obs, self.ctx.settings.page_limits)
+
+    async def _pace(self, url: str) -> float:
+        """Wait for the site's turn (the run's per-domain action rate); the seconds waited."""
+        return await self.ctx.pace(url) if self.ctx.pace is not None else 0.0
 
     def _take_observation(self, obs: Observation, frame: Frame, truncated: list[str]) -> bool | None:
         """Store the screenshot as received, note whether the page changed (the worker compared), free the slot.

@@ -11,25 +11,34 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
   several sites overlap in time). On every host ``/missing`` is a 404, ``/broken`` a 500, ``/download`` a file
   sent as an attachment, ``/consent`` a page behind a OneTrust-style cookie wall, ``/with-ads`` a page that
   pulls scripts from ``ads.test`` and pixels from ``tracker.test``, ``/redirect`` a 302 chain through
-  ``tracker.test`` back to ``/landed``, and ``/slow-scripts`` a page whose third-party script never finishes.
+  ``tracker.test`` back to ``/landed``, ``/slow-scripts`` a page whose third-party script never finishes, and
+  ``/new-tab?to=URL``, ``/popup?to=URL``, ``/popup-onload?to=URL`` pages whose top half is a ``target=_blank``
+  link, a button that opens a new window, and nothing (the page opens a window as it loads) respectively.
 
 The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
 ``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
-gives. ``gone.invalid`` resolves nowhere (RFC 6761) and ``closed.test`` maps to a loopback port nobody listens on.
+gives; and on :attr:`OpenWeb.trusted_tls_port` with another one that a browser trusts when told to (Chromium's
+``--ignore-certificate-errors-spki-list=`` with :attr:`OpenWeb.trusted_spki`: tests only). ``gone.invalid``
+resolves nowhere (RFC 6761) and ``closed.test`` maps to a loopback port nobody listens on.
 
-Every page request is counted per host (:attr:`OpenWeb.hits`; favicons are not pages).
+Every page request is counted per host (:attr:`OpenWeb.hits`; favicons are not pages), with its time
+(:attr:`OpenWeb.hit_times`, ``time.monotonic()``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import html
+import json
 import socket
 import ssl
 import subprocess
 import tempfile
 import threading
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Self
 
@@ -70,9 +79,12 @@ class OpenWeb(_ThreadServer):
         super().__init__()
         self.delay_s = delay_s
         self.hits: Counter[str] = Counter()
+        self.hit_times: defaultdict[str, list[float]] = defaultdict(list)
         self.user_agents: list[str] = []  # of every page request
         self.port = 0
         self.tls_port = 0
+        self.trusted_tls_port = 0
+        self.trusted_spki = ""  # base64 SHA-256 of the trusted certificate's public key
         self.closed_port = _free_port()  # nothing listens there
         self._tmp = tempfile.TemporaryDirectory(prefix="openweb-")
         self._runner: web.AppRunner | None = None
@@ -91,24 +103,36 @@ class OpenWeb(_ThreadServer):
 
     async def _start(self) -> None:
         app = web.Application()
-        app.router.add_route("GET", "/{tail:.*}", self._page)
+        app.router.add_get("/{tail:.*}", self._page)  # HEAD too: a rate limiter answers it alike
         # A handler that never answers (/hang.js) must not hold up the shutdown.
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        tls = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._self_signed())
-        await tls.start()
-        self.tls_port = self._runner.addresses[1][1]
+        for name in ("untrusted", "trusted"):
+            tls = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._self_signed(name))
+            await tls.start()
+        self.tls_port, self.trusted_tls_port = (a[1] for a in self._runner.addresses[1:3])
+        self.trusted_spki = self._spki(Path(self._tmp.name) / "trusted-cert.pem")
 
-    def _self_signed(self) -> ssl.SSLContext:
-        cert, key = Path(self._tmp.name) / "cert.pem", Path(self._tmp.name) / "key.pem"
+    def _self_signed(self, name: str) -> ssl.SSLContext:
+        cert, key = Path(self._tmp.name) / f"{name}-cert.pem", Path(self._tmp.name) / f"{name}-key.pem"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                        str(cert), "-days", "1", "-subj", "/CN=secure.test"], check=True, capture_output=True)
+                        str(cert), "-days", "1", "-subj", "/CN=secure.test",
+                        "-addext", "subjectAltName=DNS:secure.test"], check=True, capture_output=True)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert, key)
         return context
+
+    @staticmethod
+    def _spki(cert: Path) -> str:
+        """The certificate's public key hash as Chromium's SPKI list takes it."""
+        key = subprocess.run(["openssl", "x509", "-in", str(cert), "-pubkey", "-noout"], check=True,
+                             capture_output=True).stdout
+        der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=key, check=True,
+                             capture_output=True).stdout
+        return base64.b64encode(hashlib.sha256(der).digest()).decode("ascii")
 
     async def _stop(self) -> None:
         if self._runner is not None:
@@ -118,7 +142,9 @@ class OpenWeb(_ThreadServer):
         host = (request.host or "").split(":")[0]
         if request.path == "/favicon.ico":  # the browser's own request, not a page load
             return web.Response(status=404)
-        self.hits[host] += 1
+        if request.method == "GET":
+            self.hits[host] += 1
+            self.hit_times[host].append(time.monotonic())
         if request.path == "/missing":
             return _html(404, "Not found", "No such page.")
         if request.path == "/broken":
@@ -142,6 +168,10 @@ class OpenWeb(_ThreadServer):
             script = f'<script async src="{self.url("ads.test", "/hang.js")}"></script>'
             return web.Response(text=f"<!doctype html><title>{host}</title><h1>Slow</h1>{script}",
                                 content_type="text/html")
+        if request.path in _OPENERS:  # a new tab, a popup on a click, a popup as the page loads
+            to = json.dumps(request.query.get("to", ""))
+            return web.Response(text=f"<!doctype html><title>{host}</title>{_OPENERS[request.path](to)}",
+                                content_type="text/html")
         if request.path == "/with-ads":  # a page that pulls third-party ads and a tracker
             third = "".join(f'<script src="{self.url("ads.test", f"/ad{i}.js")}"></script>'
                             f'<img src="{self.url("tracker.test", f"/px{i}.gif")}">' for i in range(5))
@@ -160,6 +190,19 @@ class OpenWeb(_ThreadServer):
             return _html(200, "Just a moment...", "Checking your browser before accessing the site.")
         await asyncio.sleep(self.delay_s)
         return _html(200, host, f"Welcome to {host}.")
+
+
+_TOP_HALF = "display:block;width:100%;height:384px;margin:0;font-size:40px"
+# A click on an anchor that is not in the document opens a real new window: the in-page shim that keeps links and
+# window.open in the tab never sees it (the popups that get past it, which the worker adopts or closes).
+_DETACHED_OPEN = "const a = document.createElement('a'); a.href = {to}; a.target = '_blank'; a.click();"
+_OPENERS = {  # path -> the page's body, given the target URL as a JavaScript string
+    "/new-tab": lambda to: f'<a id="go" target="_blank" style="{_TOP_HALF}">Open</a>'
+                           f"<script>document.getElementById('go').href = {to}</script>",
+    "/popup": lambda to: f'<button style="{_TOP_HALF}" onclick="{html.escape(_DETACHED_OPEN.format(to=to))}">'
+                         "Open</button>",
+    "/popup-onload": lambda to: f"<h1>Opener</h1><script>{_DETACHED_OPEN.format(to=to)}</script>",
+}
 
 
 def _html(status: int, title: str, text: str, headers: dict[str, str] | None = None) -> web.Response:

@@ -10,19 +10,21 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from email.utils import formatdate
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
 
-from browserpool.config import WorkerConfig
+from browserpool.config import CHROMIUM_FLAGS, WorkerConfig
 from browserpool.request_rules import RequestRules
 from browserpool.upstream import parse_proxy
 from cli.tasks import tasks as tasks_cli
 from engine.actions import AgentAction
-from engine.blocklist import Blocklist, block_reason
+from engine.blocklist import Blocklist, block_reason, retry_after_s
 from engine.config import RunConfig
-from engine.domains import DomainQueue, domain_of
+from engine.domains import DomainPacer, DomainQueue, domain_of
 from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
 from engine.store import read_records
@@ -112,6 +114,10 @@ async def test_block_pages_put_their_site_on_the_blocklist_and_its_tasks_are_ski
     reasons = {e.domain: e.reason for e in blocklist.entries()}
     assert set(reasons) == {"blocked.test", "limited.test", "challenge.test"}
     assert reasons["blocked.test"].startswith("HTTP 403") and reasons["limited.test"].startswith("HTTP 429")
+    # The rate limiter said when to come back (Retry-After: 120): its site is skipped that long, not 12 hours.
+    span = {e.domain: e.until - e.added for e in blocklist.entries()}
+    assert span["limited.test"] == pytest.approx(120, abs=1) and span["blocked.test"] == pytest.approx(12 * 3600)
+    assert "Retry-After 120 s" in reasons["limited.test"]
 
     cli = CliRunner()
     shown = cli.invoke(tasks_cli, ["blocklist", str(run_dir)])
@@ -149,6 +155,21 @@ async def test_failed_loads_are_observations_the_episode_goes_on_with(tmp_path: 
     # Transient failures of a start page were tried again (twice), final ones were not.
     assert records[openweb.url("shop.test", "/broken")]["steps"][0]["load"]["status"] == 500
     assert openweb.hits["shop.test"] - broken_before == 1 + 3 + 1  # missing once, broken 3 times, download once
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_an_https_site_with_a_trusted_certificate_loads(
+        tmp_path: Path, openweb: OpenWeb) -> None:
+    url = f"https://secure.test:{openweb.trusted_tls_port}/"
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(0, url)])
+    cfg = config(tmp_path, tasks, openweb, concurrency=1)
+    cfg.worker.chromium_flags = [*CHROMIUM_FLAGS, f"--ignore-certificate-errors-spki-list={openweb.trusted_spki}"]
+    before = openweb.hits["secure.test"]
+    _, run_dir = await run(cfg, AnswerPolicy(), None)
+    [record] = read_records(run_dir)
+    step = record["steps"][0]
+    assert step["url"] == url and step["title"] == "secure.test" and step["http_status"] == 200, step
+    assert "load" not in step and openweb.hits["secure.test"] == before + 1
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -246,6 +267,83 @@ async def test_a_redirect_chain_and_a_script_that_never_loads_end_in_usable_page
     hung = records[slow]
     assert hung["status"] != "error" and hung["steps"][0]["title"] == "news.test"  # the document is usable
     assert hung["duration_s"] < 30  # capped by the settle timeout, not the script
+
+
+class ClickPolicy(Policy):
+    """Clicks the middle of the start page's top half (where the opener pages put their link or button), then
+    answers."""
+
+    name = "click"
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        if request.step == 0:
+            return PolicyReply(AgentAction("left_click", x=640, y=150), text="click")
+        return PolicyReply(AgentAction("answer", text="done"), text="answer")
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_new_tabs_and_popups_to_other_sites_stay_in_the_episodes_tab(tmp_path: Path, openweb: OpenWeb) -> None:
+    opened = {path: openweb.url(host, "/opened") for path, host in
+              (("/new-tab", "news.test"), ("/popup", "wiki.test"), ("/popup-onload", "travel.test"))}
+    starts = {path: openweb.url("shop.test", f"{path}?to={quote(to, safe='')}") for path, to in opened.items()}
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, url) for i, url in enumerate(starts.values())])
+    _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=3), ClickPolicy(), None)
+    records = {r["task"]["website"]: r for r in read_records(run_dir)}
+    assert len(records) == 3 and all(r["status"] != "error" for r in records.values())
+
+    def after_click(path: str) -> dict:
+        return records[starts[path]]["steps"][0]
+
+    # A target=_blank link opens in the episode's tab, as the original has it.
+    assert after_click("/new-tab")["result"]["url"] == opened["/new-tab"]
+    # A window the click opened becomes the episode's page; the step says so.
+    popup = after_click("/popup")
+    assert popup["result"]["url"] == opened["/popup"]
+    assert {"kind": "popup", "url": opened["/popup"], "detail": "adopted"} in popup["events"]
+    # A window the page opened by itself is closed: the tab stays where it was, the record says what was closed.
+    onload = records[starts["/popup-onload"]]
+    events = (onload.get("open_events") or []) + (onload["steps"][0].get("events") or [])
+    assert {"kind": "popup", "url": opened["/popup-onload"], "detail": "closed"} in events
+    assert onload["steps"][0]["url"] == starts["/popup-onload"]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_actions_on_one_site_keep_to_its_rate(tmp_path: Path, openweb: OpenWeb) -> None:
+    before = len(openweb.hit_times["wiki.test"])
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url("wiki.test", f"/r{i}")) for i in range(12)])
+    _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=8, domain_limit=8, domain_rate=4.0),
+                           AnswerPolicy(), None)
+    records = read_records(run_dir)
+    assert len(records) == 12 and all(r["status"] != "error" for r in records)
+    times = openweb.hit_times["wiki.test"][before:]
+    assert len(times) == 12
+    # At most a burst of 4 plus 4 per second in any span (one more for the network's jitter), while 8 episodes
+    # could have loaded at once.
+    for i, t0 in enumerate(times):
+        for j in range(i + 1, len(times)):
+            assert j - i + 1 <= 4 + 4 * (times[j] - t0) + 1, (i, j, times[j] - t0)
+    assert times[-1] - times[0] >= (12 - 4) / 4 - 0.25
+    assert any(r["timings_ms"].get("pace_ms") for r in records)  # a wait is in its record
+
+
+def test_the_pacer_lets_a_burst_through_then_spaces_actions() -> None:
+    pacer = DomainPacer(rate=4.0)
+    assert [pacer.delay("a.test", now=10.0) for _ in range(6)] == [0.0, 0.0, 0.0, 0.0, 0.25, 0.5]
+    assert pacer.delay("b.test", now=10.0) == 0.0  # sites do not share a budget
+    assert pacer.delay("a.test", now=20.0) == 0.0  # an idle site gets its burst back
+    assert DomainPacer(rate=0).delay("a.test") == 0.0 and DomainPacer(rate=0.5).delay("c.test", now=0.0) == 0.0
+    with pytest.raises(ValueError):
+        DomainPacer(rate=-1)
+
+
+def test_retry_after_is_read_in_both_forms_and_kept_within_bounds() -> None:
+    now = 1_800_000_000.0
+    assert retry_after_s("120") == 120.0
+    assert retry_after_s("5") == 60.0  # at least a minute
+    assert retry_after_s("9" * 400) == 7 * 86400.0  # a huge number is a week, not an overflow
+    assert retry_after_s(formatdate(now + 3600, usegmt=True), now=now) == pytest.approx(3600)
+    for junk in (None, "", "soon", "-5", "1e9", "Wed, 99 Foo 2026"):
+        assert retry_after_s(junk, now=now) is None, junk
 
 
 def test_block_pages_are_told_from_ordinary_ones() -> None:
