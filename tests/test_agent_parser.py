@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from engine._imgcodec import QWEN2_VL, smart_resize
 from engine.agent import CoordFrame, describe_frames, parse_action, parse_reply, strip_think, to_action
 from engine.agent.coords import element_centres
+from engine.agent.parser import MAX_REPLY_CHARS
 
 GRID = CoordFrame("grid", 1280, 768)
 PIXELS = CoordFrame.pixels(1280, 768)
@@ -162,7 +164,9 @@ def test_several_tool_calls_first_valid_used() -> None:
     assert len(r.tool_calls) == 3 and r.error and "tool_call 0" in r.error
     act, info = parse_action(text, GRID)
     assert act.name == "go_back"
-    assert len(info["skipped"]) == 1 and "fly" in info["skipped"][0]
+    # Every skipped call, by its place in the reply, with why: one that is not JSON, one that is no action.
+    assert [s.split(":")[0] for s in info["skipped"]] == ["tool_call 0", "tool_call 1"]
+    assert "fly" in info["skipped"][1]
 
 
 def test_unterminated_last_tool_call() -> None:
@@ -311,3 +315,63 @@ def test_select_by_element() -> None:
     act, _ = parse_action(_call({"action": "select", "element_id": 1, "text": "Price: low"}), GRID, SOM_ELEMENTS)
     assert (act.name, act.x, act.y, act.text) == ("select", 30, 20, "Price: low")
     assert act.to_browser().kind == "select"
+
+
+# --- hostile replies: linear time, one broken call never loses the next, URLs without a scheme ---------------------
+CALL = '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [10, 20]}}'
+ADVERSARIAL = {
+    "spaces before the closing fence": "<tool_call>```json\n" + CALL + " " * 16_000 + "```</tool_call>",
+    "unclosed think tags": "<think>x" * 8_000,
+    "lone closing think tags": "</think>" * 20_000,
+    "an unclosed tool call of spaces": "<tool_call>" + " " * 60_000,
+    "nested braces": "<tool_call>" + "{" * 60_000 + "</tool_call>",
+    "nested brackets": '<tool_call>{"name": "computer_use", "arguments": ' + "[" * 50_000 + "</tool_call>",
+    "a very long number": '<tool_call>{"name": "computer_use", "arguments": {"action": "left_click", '
+                          '"coordinate": [' + "9" * 4_000 + ", 1]}}</tool_call>",
+    "field words after long runs of spaces": ("\n" + " " * 5_000 + "Thought") * 12,
+    "many tool call tags": "<tool_call>" * 5_000,
+    "single-quoted escapes": "<tool_call>{'" + "\\'" * 30_000,
+    "megabytes of text": "Thought: " + "a" * 5_000_000,
+}
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
+def test_hostile_replies_parse_quickly(text: str) -> None:
+    # A generous bound for a shared machine (the best of three): parsing runs on the engine's event loop, where
+    # the quadratic patterns this replaced took 0.7 s and 6 s on the first two inputs.
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        action, info = parse_action(text, GRID)
+        best = min(best, time.perf_counter() - t0)
+    assert best < 0.05, f"{best * 1000:.0f} ms"
+    assert action.name in ("left_click", "wait") and (action.name == "left_click") == (info["error"] is None)
+
+
+def test_a_reply_past_the_cap_is_cut_and_flagged() -> None:
+    text = VANILLA + "\n" + "x" * MAX_REPLY_CHARS
+    reply = parse_reply(text)
+    assert reply.truncated and len(reply.raw) == MAX_REPLY_CHARS and reply.tool_calls  # what came first is read
+    assert not parse_reply(VANILLA).truncated
+
+
+def test_a_call_that_fails_any_way_is_skipped_and_the_next_one_used() -> None:
+    huge = '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [' + "9" * 400 + ", 1]}}"
+    action, info = parse_action(f"<tool_call>{huge}</tool_call>\n<tool_call>{CALL}</tool_call>", PIXELS)
+    assert action.name == "left_click" and info["error"] is None
+    assert info["skipped"] == ["tool_call 0: OverflowError: int too large to convert to float"]
+
+
+def test_navigate_without_a_scheme_goes_to_https() -> None:
+    def target(url: str) -> tuple[str | None, str | None]:
+        call = {"name": "computer_use", "arguments": {"action": "navigate", "url": url}}
+        action, info = parse_action(f"<tool_call>{json.dumps(call)}</tool_call>", GRID)
+        return action.url, info["error"]
+
+    assert target("www.example.com/shop") == ("https://www.example.com/shop", None)
+    assert target("shop.example.co.uk:8443/cart?id=1") == ("https://shop.example.co.uk:8443/cart?id=1", None)
+    assert target(" http://example.com/a ") == ("http://example.com/a", None)
+    assert target("about:blank") == ("about:blank", None)
+    for bad in ("/cart", "the cart page", "cart"):  # a parse problem in the record, not a browser error
+        url, error = target(bad)
+        assert url is None and error is not None and "absolute URL or a host name" in error, bad

@@ -16,7 +16,7 @@ from typing import Any
 from engine._imgcodec import QWEN3_VL, smart_resize
 from engine.actions import AgentAction
 
-from .parser import parse_reply
+from .parser import parse_reply, skip_reason
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ACTION_ALIASES = {"key": "keypress", "click": "left_click"}
@@ -132,6 +132,30 @@ def _text(args: dict[str, Any], key: str, action: str, *, allow_empty: bool = Fa
     return value
 
 
+# A host name (or IPv4 address) with an optional port, then the end or a path, query or fragment: what a URL
+# without its scheme starts with. Labels end in a dot and the top-level name has none, so the possessive run of
+# labels (++) never needs to give one back.
+_BARE_HOST = re.compile(r"(?:localhost|(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)++[a-z]{2,63}|\d{1,3}(?:\.\d{1,3}){3})"
+                        r"(?::\d{1,5})?(?:[/?#]|$)", re.IGNORECASE)
+_SCHEMES = ("http", "https", "about", "data", "file", "javascript", "blob", "chrome", "view-source", "mailto")
+MAX_URL_CHARS = 4096
+
+
+def navigable_url(url: str) -> str:
+    """A ``navigate`` target as the browser gets it: a URL with a scheme as it is (the worker's policy judges the
+    scheme), a host name without one with ``https://`` (models often leave it out; task websites get the same
+    rule); anything else (a path, words) raises ValueError."""
+    url = url.strip()
+    if len(url) > MAX_URL_CHARS:
+        raise ValueError(f"navigate URL longer than {MAX_URL_CHARS} characters")
+    if _BARE_HOST.match(url):
+        return "https://" + url
+    scheme, colon, rest = url.partition(":")
+    if colon and (rest.startswith("//") or scheme.lower() in _SCHEMES):
+        return url
+    raise ValueError(f"navigate needs an absolute URL or a host name, got {url[:200]!r}")
+
+
 class Elements(Mapping[int, tuple[int, int]]):
     """Set-of-Marks element id -> the centre of its box (CSS px), from a worker's ``[id, tag, text, x, y, w, h]``
     list. Built on first use: only replies that name an element need it (not scrolls, keys, waits or answers),
@@ -240,7 +264,7 @@ def _to_action(call: dict[str, Any], frame: CoordFrame,
     elif action == "go_back":
         act = AgentAction("go_back")
     elif action == "navigate":
-        act = AgentAction("navigate", url=_text(args, "url", action).strip())
+        act = AgentAction("navigate", url=navigable_url(_text(args, "url", action)))
     elif action == "answer":
         act = AgentAction("answer", text=_text(args, "text", action, allow_empty=True))
     elif action == "keypress":
@@ -278,16 +302,16 @@ def parse_action(text: str, frame: CoordFrame,
     try:
         reply = parse_reply(text)
         info["reply"] = reply
-        for i, call in enumerate(reply.tool_calls):
+        info["skipped"] = list(reply.skipped)  # calls that were not even JSON, then those that were no action
+        for number, call in zip(reply.call_numbers, reply.tool_calls, strict=True):
             try:
                 act, warnings, frames = _to_action(call, frame, elements)
-            except (ValueError, TypeError) as e:
-                info["skipped"].append(f"tool_call {i}: {e}")
+            except Exception as e:  # noqa: BLE001 - any failure skips this call, and the next one may do
+                info["skipped"].append(f"tool_call {number}: {skip_reason(e)}")
                 continue
             info.update(call=call, warnings=warnings, frames=frames)
             return act, info
-        reasons = [r for r in (reply.error, *info["skipped"]) if r]
-        info["error"] = "; ".join(reasons) or "no usable tool call"
+        info["error"] = "; ".join(info["skipped"]) or reply.error or "no usable tool call"
     except Exception as e:  # noqa: BLE001 - never raise on model output
         info["error"] = f"parse failure: {e!r}"
     return AgentAction("wait"), info

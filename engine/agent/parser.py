@@ -1,6 +1,9 @@
 """Tolerant parsing of a Qwen-VL web agent reply (fields, ``<think>`` blocks, ``<tool_call>`` JSON).
 
 Nothing here raises: a malformed reply yields a :class:`ParsedReply` whose ``error`` says what went wrong.
+Parsing runs on the engine's event loop, so it is linear in the reply's length whatever the reply holds: tags are
+found by literal patterns (no pattern that can backtrack over a long run of text), and a reply longer than
+MAX_REPLY_CHARS (far more than a step's token budget) is cut there and flagged.
 """
 
 from __future__ import annotations
@@ -10,17 +13,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+MAX_REPLY_CHARS = 64_000  # ~16k tokens; a step's replies are capped far below that (max_tokens)
+MAX_TOOL_CALLS = 16  # tool calls read per reply (the first valid one is the action); the rest are counted
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
+_TOOL_TAG = re.compile(r"<(/?)tool_call>", re.IGNORECASE)
 _FIELD_NAMES = r"Thought|Action|Memory_Updated|Memory|Progress|Intention"
 _FIELD = re.compile(
-    rf"^[ \t>*#_-]*(?P<name>{_FIELD_NAMES})[ \t*_]*:[ \t*_]*(?P<body>.*?)"
-    rf"(?=^[ \t>*#_-]*(?:{_FIELD_NAMES})[ \t*_]*:|<tool_call>|\Z)",
+    # Possessive runs (*+): a long run of spaces before a word that is no field is read once, not backtracked.
+    rf"^[ \t>*#_-]*+(?P<name>{_FIELD_NAMES})[ \t*_]*+:[ \t*_]*+(?P<body>.*?)"
+    rf"(?=^[ \t>*#_-]*+(?:{_FIELD_NAMES})[ \t*_]*+:|<tool_call>|\Z)",
     re.DOTALL | re.IGNORECASE | re.MULTILINE,
 )
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
 
 
@@ -36,22 +39,77 @@ class ParsedReply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     raw: str = ""
+    call_numbers: list[int] = field(default_factory=list)  # each decoded tool call's place among the reply's calls
+    skipped: list[str] = field(default_factory=list)  # "tool_call N: why" for each call that could not be decoded
+    truncated: bool = False  # the reply was longer than MAX_REPLY_CHARS: only its start was read
 
 
 def _split_think(text: str) -> tuple[str, str | None]:
-    """``(text without think blocks, the think content or None)``."""
-    thoughts = [m.group(0)[7:-8].strip() for m in _THINK_BLOCK.finditer(text)]
-    text = _THINK_BLOCK.sub("", text)
-    close = list(_THINK_CLOSE.finditer(text))
-    if close:  # opening tag missing: everything before the last lone </think> is thinking
-        last = close[-1]
-        head = _THINK_CLOSE.sub("", _THINK_OPEN.sub("", text[: last.start()])).strip()
+    """``(text without think blocks, the think content or None)``: each ``<think>`` pairs with the next
+    ``</think>``; before the last ``</think>`` left without an opening tag, everything is thinking; tags left over
+    are dropped."""
+    thoughts: list[str] = []
+    rest: list[str] = []  # the text outside complete blocks
+    pos, opened = 0, None  # opened: the <think> still waiting for its </think>
+    for tag in _THINK_TAG.finditer(text):
+        closing = bool(tag.group(1))
+        if opened is None:
+            if not closing:
+                opened = tag
+        elif closing:
+            rest.append(text[pos:opened.start()])
+            thoughts.append(text[opened.end():tag.start()].strip())
+            pos, opened = tag.end(), None
+    rest.append(text[pos:])
+    body = "".join(rest)
+    last_close = None
+    for tag in _THINK_TAG.finditer(body):
+        if tag.group(1):
+            last_close = tag
+    if last_close is not None:  # opening tag missing: everything before the last lone </think> is thinking
+        head = _THINK_TAG.sub("", body[:last_close.start()]).strip()
         if head:
             thoughts.append(head)
-        text = text[last.end():]
-    text = _THINK_OPEN.sub("", text)
+        body = body[last_close.end():]
+    body = _THINK_TAG.sub("", body)
     joined = "\n\n".join(t for t in thoughts if t)
-    return text, (joined or None)
+    return body, (joined or None)
+
+
+def _tool_call_bodies(text: str) -> tuple[list[str], str]:
+    """The bodies of the ``<tool_call>`` blocks (each ends at ``</tool_call>``, the next ``<tool_call>`` or the
+    end of the reply) and the text outside them."""
+    bodies: list[str] = []
+    outside: list[str] = []
+    pos, start = 0, None  # start: where the open block's body begins
+    for tag in _TOOL_TAG.finditer(text):
+        if start is not None:
+            bodies.append(text[start:tag.start()])
+            start = None
+            if tag.group(1):
+                pos = tag.end()
+                continue
+            pos = tag.start()
+        if not tag.group(1):  # an opening tag
+            outside.append(text[pos:tag.start()])
+            start = tag.end()
+    if start is not None:
+        bodies.append(text[start:])
+    else:
+        outside.append(text[pos:])
+    return bodies, "".join(outside)
+
+
+def _unfence(body: str) -> str:
+    """A tool call body without a Markdown code fence around it (```json ... ```)."""
+    body = body.strip()
+    if body.startswith("```"):
+        body = body[3:]
+        if body[:4].lower() == "json":
+            body = body[4:]
+    if body.endswith("```"):
+        body = body[:-3]
+    return body.strip()
 
 
 def strip_think(text: str) -> str:
@@ -106,7 +164,7 @@ def _repair_json(s: str) -> str:
 
 def _load_call(body: str) -> dict[str, Any]:
     """Decode one tool call body, repairing it if needed; raises ValueError."""
-    body = _FENCE.sub("", body.strip()).strip()
+    body = _unfence(body)
     start = body.find("{")
     if start < 0:
         raise ValueError("no JSON object")
@@ -138,13 +196,16 @@ def _load_call(body: str) -> dict[str, Any]:
 def _parse(text: str) -> ParsedReply:
     reply = ParsedReply(raw=text)
     body, think = _split_think(text)
-    errors: list[str] = []
-    for i, m in enumerate(_TOOL_CALL.finditer(body)):
+    errors = reply.skipped
+    calls, fields_text = _tool_call_bodies(body)
+    for i, call in enumerate(calls[:MAX_TOOL_CALLS]):
         try:
-            reply.tool_calls.append(_load_call(m.group(1)))
-        except (ValueError, RecursionError) as e:
-            errors.append(f"tool_call {i}: {e}")
-    fields_text = _TOOL_CALL.sub("", body)
+            reply.tool_calls.append(_load_call(call))
+            reply.call_numbers.append(i)
+        except Exception as e:  # noqa: BLE001 - one broken call must not lose the next one
+            errors.append(f"tool_call {i}: {skip_reason(e)}")
+    if len(calls) > MAX_TOOL_CALLS:
+        errors.append(f"{len(calls) - MAX_TOOL_CALLS} tool calls past the first {MAX_TOOL_CALLS} not read")
     for m in _FIELD.finditer(fields_text):
         name = m.group("name").lower()
         value = m.group("body").strip()
@@ -166,11 +227,23 @@ def _parse(text: str) -> ParsedReply:
     return reply
 
 
+def skip_reason(exc: BaseException) -> str:
+    """Why a tool call was skipped, from what it raised: a ValueError's message, the type and message of others."""
+    text = str(exc)[:300]
+    return text if type(exc) is ValueError else f"{type(exc).__name__}: {text}"
+
+
 def parse_reply(text: str) -> ParsedReply:
-    """Parse a reply; never raises (problems go to ``error``)."""
+    """Parse a reply; never raises (problems go to ``error``). A reply over MAX_REPLY_CHARS is parsed up to
+    there, with ``truncated`` set."""
     if not isinstance(text, str):
         return ParsedReply(error=f"reply is {type(text).__name__}, not str", raw="")
+    truncated = len(text) > MAX_REPLY_CHARS
+    if truncated:
+        text = text[:MAX_REPLY_CHARS]
     try:
-        return _parse(text)
+        reply = _parse(text)
     except Exception as e:  # noqa: BLE001 - never raise on model output
-        return ParsedReply(error=f"parse failure: {e!r}", raw=text)
+        reply = ParsedReply(error=f"parse failure: {e!r}", raw=text)
+    reply.truncated = truncated
+    return reply

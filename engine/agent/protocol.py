@@ -99,6 +99,8 @@ class AgentProtocol:
             "warnings": info["warnings"] + info["skipped"],
             "frames": info["frames"],
         }
+        if parsed is not None and parsed.truncated:  # only the reply's first MAX_REPLY_CHARS were read
+            details["truncated"] = True
         return ReadReply(action, parsed.thought if parsed else None, info["error"], details)
 
     def describe(self) -> dict[str, Any]:
