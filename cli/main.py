@@ -21,7 +21,7 @@ from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
-from engine.agent.prompts import COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
+from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.config import RunConfig
 from engine.core import EngineCore, new_run_dir
 from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
@@ -113,6 +113,9 @@ def main() -> None:
 @click.option("--coords", type=click.Choice(COORD_SYSTEMS), default="grid", show_default=True,
               help="grid: 0..1000 (Qwen3-VL); pixels: the smart_resize'd image (Qwen2.5-VL, UI-TARS).")
 @click.option("--response-format", type=click.Choice(RESPONSE_FORMATS), default="complete", show_default=True)
+@click.option("--action-format", type=click.Choice(ACTION_FORMATS), default="qwen", show_default=True,
+              help="The grammar of the model's replies: qwen (computer_use tool calls: Qwen2/2.5/3-VL), uitars "
+                   "(Action: click(start_box=...)), pyautogui (pyautogui code, parsed and never run).")
 @click.option("--context-window", type=click.IntRange(0), default=4, show_default=True,
               help="Past rounds kept as full messages; older ones become one-line summaries.")
 @click.option("--prompt-template", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -176,7 +179,7 @@ def run_cmd(**opts: Any) -> None:
     console = Console(stderr=True)
     try:
         agent = AgentConfig(interaction=o.interaction, response_format=o.response_format, coords=o.coords,
-                            window=o.context_window, template_file=o.prompt_template)
+                            action_format=o.action_format, window=o.context_window, template_file=o.prompt_template)
         agent.templates()  # a broken template file fails here, before anything starts
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None

@@ -137,6 +137,8 @@ def demonstration_record(record: EpisodeRecord, run_dir: str | Path, cfg: AgentC
     ``resize``: the model's ``smart_resize`` parameters (as :attr:`LanguageModel.resize`), for pixel coordinates.
     """
     cfg = cfg or AgentConfig()
+    if cfg.action_format != "qwen":
+        raise ValueError(f"demonstrations are written in the qwen action format, not {cfg.action_format}")
     if cfg.som:  # the element lists are not in the records
         cfg = replace(cfg, interaction="coordinates")
     run_dir = Path(run_dir)

@@ -85,8 +85,8 @@ def sharegpt_samples(records: Iterable[EpisodeRecord], run_dir: str | Path, *, o
     manifest_path = run_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     if agent is None:
-        known = {"interaction", "response_format", "coords", "window", "template_file", "resize_factor",
-                 "min_pixels", "max_pixels"}
+        known = {"interaction", "response_format", "coords", "action_format", "window", "template_file",
+                 "resize_factor", "min_pixels", "max_pixels"}
         agent_cfg = {k: v for k, v in ((manifest.get("config") or {}).get("agent") or {}).items() if k in known}
         agent = AgentConfig(**agent_cfg)
     out: list[dict[str, Any]] = []

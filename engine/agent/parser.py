@@ -18,12 +18,9 @@ MAX_TOOL_CALLS = 16  # tool calls read per reply (the first valid one is the act
 _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _TOOL_TAG = re.compile(r"<(/?)tool_call>", re.IGNORECASE)
 _FIELD_NAMES = r"Thought|Action|Memory_Updated|Memory|Progress|Intention"
-_FIELD = re.compile(
-    # Possessive runs (*+): a long run of spaces before a word that is no field is read once, not backtracked.
-    rf"^[ \t>*#_-]*+(?P<name>{_FIELD_NAMES})[ \t*_]*+:[ \t*_]*+(?P<body>.*?)"
-    rf"(?=^[ \t>*#_-]*+(?:{_FIELD_NAMES})[ \t*_]*+:|<tool_call>|\Z)",
-    re.DOTALL | re.IGNORECASE | re.MULTILINE,
-)
+# A field's head at a line start ("Thought:", "**Action**:", "> Memory:"); its body runs to the next head. Possessive
+# runs (*+): a long run of spaces before a word that is no field is read once, not backtracked.
+_FIELD_HEAD = re.compile(rf"^[ \t>*#_-]*+(?P<name>{_FIELD_NAMES})[ \t*_]*+:[ \t*_]*+", re.IGNORECASE | re.MULTILINE)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
 
 
@@ -206,9 +203,11 @@ def _parse(text: str) -> ParsedReply:
             errors.append(f"tool_call {i}: {skip_reason(e)}")
     if len(calls) > MAX_TOOL_CALLS:
         errors.append(f"{len(calls) - MAX_TOOL_CALLS} tool calls past the first {MAX_TOOL_CALLS} not read")
-    for m in _FIELD.finditer(fields_text):
+    heads = list(_FIELD_HEAD.finditer(fields_text))
+    ends = [h.start() for h in heads[1:]] + [len(fields_text)]
+    for m, end in zip(heads, ends, strict=False):  # no heads: no ends used
         name = m.group("name").lower()
-        value = m.group("body").strip()
+        value = fields_text[m.end():end].strip()
         attr = {"thought": "thought", "action": "action_text", "memory": "memory", "memory_updated": "memory",
                 "progress": "progress", "intention": "intention"}[name]
         if getattr(reply, attr) is None:

@@ -20,6 +20,7 @@ from typing import Any
 INTERACTIONS = ("coordinates", "som")
 RESPONSE_FORMATS = ("complete", "vanilla")
 COORD_SYSTEMS = ("grid", "pixels")
+ACTION_FORMATS = ("qwen", "uitars", "pyautogui")  # engine.agent.formats
 
 _COORD_ACTIONS = ["left_click", "type", "scroll", "wait", "go_back", "navigate", "answer"]
 _SOM_ACTIONS = ["left_click", "type", "hover", "select", "scroll", "wait", "go_back", "navigate", "answer"]
@@ -211,6 +212,7 @@ class AgentConfig:
     interaction: str = "coordinates"  # coordinates | som
     response_format: str = "complete"  # complete | vanilla
     coords: str = "grid"  # grid (0..1000, Qwen3-VL) | pixels (smart_resize'd image, Qwen2.5-VL / UI-TARS)
+    action_format: str = "qwen"  # the grammar of the replies (engine.agent.formats): qwen | uitars | pyautogui
     window: int = 4  # rounds kept as full multimodal messages
     template_file: str | None = None
     # smart_resize parameters of the model's image processor (pixels mode and the recorded frames).
@@ -225,6 +227,10 @@ class AgentConfig:
             raise ValueError(f"response format must be one of {RESPONSE_FORMATS}, not {self.response_format!r}")
         if self.coords not in COORD_SYSTEMS:
             raise ValueError(f"coords must be one of {COORD_SYSTEMS}, not {self.coords!r}")
+        if self.action_format not in ACTION_FORMATS:
+            raise ValueError(f"action format must be one of {ACTION_FORMATS}, not {self.action_format!r}")
+        if self.som and self.action_format != "qwen":
+            raise ValueError(f"Set-of-Marks needs the qwen action format: {self.action_format} has no element ids")
         if self.window < 0:
             raise ValueError("the context window must be >= 0 rounds")
 

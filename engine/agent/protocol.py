@@ -18,8 +18,9 @@ from engine.policy_api import StepView
 from engine.tasks import Task
 
 from .context import build_messages
-from .coords import CoordFrame, element_centres, parse_action
-from .prompts import AgentConfig, system_prompt
+from .coords import CoordFrame, element_centres
+from .formats import action_format
+from .prompts import AgentConfig
 
 
 @dataclass(slots=True)
@@ -33,7 +34,8 @@ class ReadReply:
 
 
 class AgentProtocol:
-    """Prompt, context window and reply parsing of the Qwen-VL web agents for one :class:`AgentConfig`.
+    """Prompt, context window and reply parsing of the web agents for one :class:`AgentConfig` (its action
+    format: Qwen's tool calls, UI-TARS, pyautogui code; :mod:`engine.agent.formats`).
 
     ``resize``: the smart_resize parameters (factor, min_pixels, max_pixels) of the model's image processor;
     the config's own values win, then these, then the model family's defaults.
@@ -42,6 +44,7 @@ class AgentProtocol:
     def __init__(self, cfg: AgentConfig | None = None, resize: dict[str, int] | None = None) -> None:
         self.cfg = cfg or AgentConfig()
         self.templates = self.cfg.templates()
+        self.format = action_format(self.cfg.action_format)
         self._systems: dict[tuple[int, int], str] = {}
         self.resize = self._resize_params(resize)
 
@@ -75,7 +78,7 @@ class AgentProtocol:
         """The system prompt for a viewport (it names the screen size in pixels mode)."""
         key = (frame.resized_width or frame.width, frame.resized_height or frame.height)
         if key not in self._systems:
-            self._systems[key] = system_prompt(self.cfg, self.templates, *key)
+            self._systems[key] = self.format.system_prompt(self.cfg, self.templates, *key)
         return self._systems[key]
 
     def messages(self, task: Task, history: Sequence[StepView],
@@ -88,7 +91,7 @@ class AgentProtocol:
     def read(self, text: str, current: StepView) -> ReadReply:
         """A model's reply to the step that observed ``current``, as an action (never raises)."""
         elements = element_centres(current.elements) if self.cfg.som else None
-        action, info = parse_action(text, self.coord_frame(current), elements)
+        action, info = self.format.read(text, self.coord_frame(current), elements)
         parsed = info["reply"]
         details: dict[str, Any] = {
             "action_text": parsed.action_text if parsed else None,
