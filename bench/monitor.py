@@ -123,9 +123,11 @@ async def keep_up(rollouts: int, seconds: float) -> dict[str, Any]:
 
 
 # --- 2. the engine with and without a monitor ---------------------------------------------------------------
-async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -> dict[str, Any]:
+async def engine_overhead(n: int, workers: int, window_s: float, repeats: int,
+                          settle_s: float = 3.0) -> dict[str, Any]:
     """One engine run (instant policy, telemetry on), measured in alternating windows without and with a monitor
-    process attached: the same pages, browsers and warm caches on both sides, so only the monitor differs."""
+    process attached: the same pages, browsers and warm caches on both sides, so only the monitor differs.
+    ``settle_s``: the warm-up, and the time a monitor gets past its start-up before its window opens."""
     with SiteServer() as server, tempfile.TemporaryDirectory() as tmp:
         base = server.base_url
         tasks = [Task(task_id=f"bench-{i}", task_name="benchmark page", website=base + PAGES[i % len(PAGES)],
@@ -153,7 +155,7 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
         stats = core.stats
         while len(stepping) < n and not run.done():
             await asyncio.sleep(0.1)
-        await asyncio.sleep(3.0)  # warm-up
+        await asyncio.sleep(settle_s)  # warm-up
         rows: list[dict[str, Any]] = []
         for r in range(repeats):
             for monitor in ((False, True) if r % 2 == 0 else (True, False)):  # alternate the order
@@ -162,7 +164,7 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
                     proc = start_monitor(pub.endpoint or "", 3600, os.path.join(tmp, "child.json"))
                     while not pub.subscribed:
                         await asyncio.sleep(0.05)
-                    await asyncio.sleep(3.0)  # past the monitor's start-up (imports, first snapshot)
+                    await asyncio.sleep(settle_s)  # past the monitor's start-up (imports, first snapshot)
                     c0 = cpu_s(psutil.Process(proc.pid))
                 sent0, t0, s0, e0, k0 = pub.sent, time.monotonic(), stats.steps, time.process_time(), pub.tick_cpu_s
                 await asyncio.sleep(window_s)
@@ -175,7 +177,9 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int) -
                     row["monitor_cpu_pct"] = round(100 * (cpu_s(psutil.Process(proc.pid)) - c0) / (t1 - t0), 1)
                     proc.terminate()
                     await asyncio.to_thread(proc.wait, 30)
-                    await asyncio.sleep(2.0)  # the monitor is gone and so is its subscription
+                    deadline = time.monotonic() + 10.0
+                    while pub.subscribed and time.monotonic() < deadline:  # until the publisher saw it leave
+                        await asyncio.sleep(0.05)
                 rows.append(row)
                 print(f"  window {len(rows)}: monitor {'on ' if monitor else 'off'}  {row['steps_per_s']:7.1f} steps/s"
                       f"  {row['messages_per_s']:5.1f} telemetry msg/s  engine process CPU {row['engine_cpu_pct']:.0f}%"

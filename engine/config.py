@@ -12,7 +12,7 @@ from engine.blocklist import DEFAULT_TTL_S
 from engine.bounds import PageLimits
 from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from engine.rollout import REWARD_MODES, RolloutSettings
-from engine.tasks import BUNDLED_TASKS
+from engine.tasks import BUNDLED_TASKS, StepCaps
 
 
 @dataclass
@@ -27,6 +27,9 @@ class RunConfig:
     run_dir: str | None = None  # an existing run directory to resume, or None: a new one under output_dir
     episodes: int | None = None  # default: every task once; more cycles over the tasks
     split: str = "train"
+    # Steps allowed per difficulty bucket (easy, medium, hard) in this run, whatever the split; None: the
+    # original's caps for the split (engine.tasks.STEP_CAPS).
+    step_caps: tuple[int, int, int] | None = None
     retry_lost: int = 1
     seed: int = 0
     policy_concurrency: int = 128
@@ -88,6 +91,8 @@ class RunConfig:
             raise ValueError(f"RunConfig.reward must be one of {REWARD_MODES}, not {self.reward!r}")
         if self.domain_limit < 0 or self.domain_rate < 0 or self.blocklist_ttl_s <= 0:
             raise ValueError("RunConfig.domain_limit and domain_rate must be >= 0 and blocklist_ttl_s > 0")
+        if self.step_caps is not None:
+            StepCaps(train=tuple(self.step_caps), test=tuple(self.step_caps))  # type: ignore[arg-type]  # validates
         if self.straggler_fraction is not None and not 0 < self.straggler_fraction <= 1:
             raise ValueError("RunConfig.straggler_fraction must be in (0, 1]")
         if self.concurrency < 1 or self.workers < 1:

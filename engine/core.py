@@ -31,7 +31,7 @@ from browserpool.auth import KeyFileError, ServerKeys
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
 from engine.blocklist import Blocklist
 from engine.config import RunConfig
-from engine.domains import DomainPacer, DomainQueue, domain_of
+from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
 from engine.judge import RubricJudge
 from engine.judging import JudgeQueue
 from engine.policy_api import Policy
@@ -381,8 +381,9 @@ class EngineCore:
         self._deliver(rollout)
 
     def _is_own(self, website: str) -> bool:
-        """Whether ``website`` is on the engine's own sites (no domain cap, never blocked)."""
-        return bool(self.base_url) and website.startswith(self.base_url or "")
+        """Whether ``website`` is on the engine's own sites or the user's local ones (no per-site limits, never
+        blocked)."""
+        return (bool(self.base_url) and website.startswith(self.base_url or "")) or is_local(website)
 
     async def _pace(self, url: str) -> float:
         """Wait until an action may go to ``url``'s site (the engine's own sites never wait)."""

@@ -11,12 +11,14 @@ request-rate limit: the engine decides when an action goes out, not which reques
 
 A domain is the URL's host name, lowercased, without a leading ``www.`` (``www.shop.example`` and
 ``shop.example`` are one site; ``a.shop.example`` another). Registrable domains (the public-suffix list) would
-merge more; a host name is what a site's rate limiter sees.
+merge more; a host name is what a site's rate limiter sees. Sites on this machine or a private network (an IP
+literal or ``localhost``: :func:`is_local`) are the user's own and have no limits, like the bundled sites.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import itertools
 import time
 from collections import deque
@@ -28,6 +30,22 @@ DEFAULT_DOMAIN_LIMIT = 8  # episodes at once on one site (0: no cap)
 DEFAULT_DOMAIN_RATE = 4.0  # actions per second sent to one site's pages (0: no cap)
 
 T = TypeVar("T")
+
+
+def is_local(url: str) -> bool:
+    """Whether ``url``'s host is this machine or an address of a private network (``localhost``, a loopback,
+    private or link-local IP): the user's own sites, which per-site limits and the blocklist leave alone."""
+    try:
+        host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    except ValueError:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local
 
 
 def domain_of(url: str) -> str:

@@ -24,7 +24,7 @@ from cli.tasks import tasks as tasks_cli
 from engine.actions import AgentAction
 from engine.blocklist import Blocklist, block_reason, retry_after_s
 from engine.config import RunConfig
-from engine.domains import DomainPacer, DomainQueue, domain_of
+from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
 from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
 from engine.store import read_records
@@ -324,6 +324,14 @@ async def test_actions_on_one_site_keep_to_its_rate(tmp_path: Path, openweb: Ope
             assert j - i + 1 <= 4 + 4 * (times[j] - t0) + 1, (i, j, times[j] - t0)
     assert times[-1] - times[0] >= (12 - 4) / 4 - 0.25
     assert any(r["timings_ms"].get("pace_ms") for r in records)  # a wait is in its record
+
+
+def test_local_sites_are_the_users_own_and_have_no_limits() -> None:
+    for url in ("http://127.0.0.1:8000/a", "http://localhost:3000/", "http://10.1.2.3/", "http://[::1]:80/",
+                "http://192.168.0.7/shop", "http://app.localhost/"):
+        assert is_local(url), url
+    for url in ("https://shop.test/", "https://8.8.8.8/", "https://example.com/", "not a url", "http://[bad/"):
+        assert not is_local(url), url
 
 
 def test_the_pacer_lets_a_burst_through_then_spaces_actions() -> None:

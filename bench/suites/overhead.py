@@ -32,7 +32,7 @@ CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats override
     "quick": {"concurrency": 16, "warmup": 5.0, "seconds": 10.0, "sim_speed": 50.0, "monitor_concurrency": 16,
               "monitor_seconds": 6.0, "repeats": 1},
     "tiny": {"concurrency": 2, "warmup": 1.0, "seconds": 1.5, "sim_speed": 50.0, "monitor_concurrency": 2,
-             "monitor_seconds": 1.0, "repeats": 1, "workers": 1},
+             "monitor_seconds": 1.0, "repeats": 1, "workers": 1, "monitor_settle_s": 0.5},
 }
 
 
@@ -198,7 +198,8 @@ def collapsed_top(text: str, n: int = 15) -> dict[str, Any]:
             "top_own": [{"function": f, "samples": c, "share": round(c / max(1, total), 4)} for c, f in top]}
 
 
-async def monitor_windows(n: int, workers: int, seconds: float, repeats: int) -> list[tuple[float, float]] | None:
+async def monitor_windows(n: int, workers: int, seconds: float, repeats: int,
+                          settle_s: float = 3.0) -> list[tuple[float, float]] | None:
     """Steps/s without and with an attached monitor, one pair per repeat, from ``bench/monitor.py``; None if absent.
 
     HOOK: the live monitor (``tui/``) and its benchmark (``bench/monitor.py``) are maintained with the monitor;
@@ -213,7 +214,7 @@ async def monitor_windows(n: int, workers: int, seconds: float, repeats: int) ->
     if hasattr(monitor, "engine_overhead"):
         # A monitor that never subscribes must not hang the suite.
         limit = 180.0 + repeats * 2 * (seconds + 10.0)
-        got = await asyncio.wait_for(monitor.engine_overhead(n, workers, seconds, repeats), limit)
+        got = await asyncio.wait_for(monitor.engine_overhead(n, workers, seconds, repeats, settle_s), limit)
         pairs: list[tuple[float, float]] = []
         windows = got.get("windows") or got.get("runs") or []
         for i in range(0, len(windows) - 1, 2):
@@ -251,7 +252,7 @@ async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -
         print(f"  overhead: {row['cpu_ms_per_step']:.2f} ms CPU per step at {row['steps_per_s']:.1f} steps/s: "
               + ", ".join(f"{p} {ms:.3f}" for p, ms in row["phase_ms_per_step"].items()), flush=True)
     n, secs = cfg["monitor_concurrency"], cfg["monitor_seconds"]
-    pairs = await monitor_windows(n, cfg["workers"], secs, cfg["repeats"])
+    pairs = await monitor_windows(n, cfg["workers"], secs, cfg["repeats"], cfg.get("monitor_settle_s", 3.0))
     if pairs is None:
         res.notes.append("monitor: bench/monitor.py (engine_overhead or engine_run) is not available; steps/s with "
                          "and without an attached monitor were not measured.")

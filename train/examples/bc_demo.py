@@ -91,8 +91,9 @@ def rewards(run_dir: Path) -> dict[str, float]:
 
 
 async def run_engine(tasks: Path, out: Path, base_url: str, policy_name: str, agent: Any = None,
-                     model_dir: Path | None = None, max_tokens: int = 64) -> Path:
-    """One engine run of ``tasks``; the run directory."""
+                     model_dir: Path | None = None, max_tokens: int = 64,
+                     step_caps: tuple[int, int, int] | None = None) -> Path:
+    """One engine run of ``tasks`` (at most ``step_caps`` steps per difficulty); the run directory."""
     from engine.config import RunConfig
     from engine.model_api import SamplingParams
     from engine.runner import run
@@ -102,7 +103,8 @@ async def run_engine(tasks: Path, out: Path, base_url: str, policy_name: str, ag
     if policy_name == "hf":
         kw = {"agent": agent, "sampling": SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=0),
               "backend": BackendConfig(model=str(model_dir), device="cpu", max_batch=8)}
-    cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=4, workers=1, telemetry=None)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=4, workers=1, telemetry=None,
+                    step_caps=step_caps)
     policy = make_policy(policy_name, **({k: kw[k] for k in ("agent", "sampling", "backend")} if kw else {}))
     _, run_dir = await run(cfg, policy, base_url)
     return Path(run_dir)
@@ -129,6 +131,7 @@ def _run_demo(work: Path, tasks: list[str], arch: str, hidden_size: int, num_lay
               lr: float, cpu_threads: int | None, seed: int) -> DemoResult:
     from engine.agent.prompts import AgentConfig
     from engine.sites.server import SiteServer
+    from engine.store import read_records
     from policy.tiny_models import build_tiny_model
     from train.config import TrainConfig
     from train.trainer import samples_from_runs, train
@@ -156,11 +159,14 @@ def _run_demo(work: Path, tasks: list[str], arch: str, hidden_size: int, num_lay
                           cpu_threads=cpu_threads, seed=seed, progress=False, log_every=10, agent=agent)
         samples = samples_from_runs(cfg, [runs["scripted"]])
         longest_reply = max(len(s.target_ids) for s in samples)
+        # The model is judged on the demonstrated steps and a few more: a random model wanders to its cap.
+        steps = max(len(r["steps"]) for r in read_records(runs["scripted"])) + 2
+        caps = (steps, steps, steps)
         times["demonstrations + model"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         runs["before"] = asyncio.run(run_engine(task_file, work / "runs", server.base_url, "hf", agent, model_dir,
-                                                longest_reply + 8))
+                                                longest_reply + 8, caps))
         times["evaluation before"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -170,7 +176,7 @@ def _run_demo(work: Path, tasks: list[str], arch: str, hidden_size: int, num_lay
         t0 = time.perf_counter()
         assert result.checkpoint is not None
         runs["after"] = asyncio.run(run_engine(task_file, work / "runs", server.base_url, "hf", agent,
-                                               result.checkpoint, longest_reply + 8))
+                                               result.checkpoint, longest_reply + 8, caps))
         times["evaluation after"] = time.perf_counter() - t0
     last = result.history[-1]
     return DemoResult(list(tasks), rewards(runs["before"]), rewards(runs["after"]), times, len(samples), result.steps,
