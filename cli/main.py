@@ -49,6 +49,17 @@ def _uvloop_run(coro):  # type: ignore[no-untyped-def]
     return uvloop.run(coro)
 
 
+def _step_caps(text: str | None) -> tuple[int, int, int] | None:
+    """``--step-caps 5,10,15`` as a tuple (RunConfig checks the values)."""
+    if text is None:
+        return None
+    try:
+        easy, medium, hard = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--step-caps takes three integers, EASY,MEDIUM,HARD: not {text!r}") from None
+    return easy, medium, hard
+
+
 @click.group()
 @click.version_option(package_name="webgym-engine")
 def main() -> None:
@@ -77,6 +88,8 @@ def main() -> None:
               help="Restarts of an episode whose browser worker died.")
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
               help="Step caps by difficulty: train 10/20/30, test 30/50/70.")
+@click.option("--step-caps", type=str, default=None, metavar="EASY,MEDIUM,HARD",
+              help="Steps allowed per difficulty in this run, instead of the split's (e.g. 5,10,15).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chromium", default=DEFAULT_CHROMIUM, show_default=True, help="Chromium executable.")
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=80, show_default=True)
@@ -199,6 +212,7 @@ def run_cmd(**opts: Any) -> None:
         cfg = RunConfig(
             tasks=o.tasks_path, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
             output_dir=o.output_dir, run_dir=o.resume_dir, episodes=o.episodes, split=o.split,
+            step_caps=_step_caps(o.step_caps),
             retry_lost=o.retry_lost, seed=o.seed, listen=o.listen, spawn_workers=not o.no_spawn,
             server_key=o.server_key, allow_keys=o.allow_keys, insecure=o.insecure,
             policy_concurrency=o.policy_concurrency,

@@ -67,12 +67,13 @@ async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str) -> No
 
 async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, sites: str) -> None:
     tasks = subset(tmp_path, per_site=3, max_len=30)
-    stats, run_dir = await run(config(tmp_path, tasks, concurrency=8, episodes=16, seed=3),
+    stats, run_dir = await run(config(tmp_path, tasks, concurrency=8, episodes=16, seed=3, step_caps=(6, 6, 6)),
                                make_policy("random", seed=3), sites)
     records = read_records(run_dir)
     assert len(records) == 16 and len({r["episode_id"] for r in records}) == 16
     assert not [r["error"] for r in records if r["status"] == "error"]
     assert stats.steps == sum(len(r["steps"]) for r in records)
+    assert all(1 <= len(r["steps"]) <= 6 for r in records)  # the run's step caps
 
 
 async def test_resume_skips_episodes_that_have_a_record(tmp_path: Path, sites: str) -> None:

@@ -55,8 +55,9 @@ def check_model_records(run_dir: Path, n: int) -> list[dict]:
 @pytest.mark.asyncio(loop_scope="session")
 async def test_tiny_hf_model_in_coordinate_mode(tmp_path: Path, sites: str, tiny_qwen3: Path) -> None:
     tasks = subset(tmp_path, per_site=1)
-    n = 2  # two of the sites' tasks, at once: enough for shared generate calls; a random model wanders to its cap
-    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, episodes=n)
+    n = 2  # two of the sites' tasks, at once: enough for shared generate calls; a random model wanders to its cap (4)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, episodes=n,
+                    step_caps=(4, 4, 4))
     policy = make_policy("hf", sampling=SamplingParams(max_tokens=12, seed=0),
                          backend=BackendConfig(model=str(tiny_qwen3), device="cpu", max_batch=4))
     model = policy.model  # type: ignore[attr-defined]
@@ -76,7 +77,7 @@ def test_tiny_hf_model_in_som_mode_from_the_command_line(tmp_path: Path, tiny_qw
         [sys.executable, "-m", "cli.main", "run", "--tasks", str(tasks), "--episodes", str(n), "--policy", "hf",
          "--model", str(tiny_qwen3),
          "--device", "cpu", "--interaction", "som", "--max-tokens", "12", "--concurrency", "4", "--workers", "1",
-         "--output", str(tmp_path / "runs"), "--context-window", "2"],
+         "--output", str(tmp_path / "runs"), "--context-window", "2", "--step-caps", "4,4,4"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run_dir] = (tmp_path / "runs").iterdir()
