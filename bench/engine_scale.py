@@ -1,0 +1,247 @@
+"""Engine-only scale: how many rollouts one engine process drives when the browsers are not the limit.
+
+The browsers are null workers (``bench/null_worker.py``, a benchmark stand-in: the worker protocol and
+shared-memory frames, an instant answer with a pre-encoded JPEG), started as separate processes that join the
+engine's socket like workers on other hosts. What is measured is the engine process: its steps/s, its CPU per
+step, the step latency (p50/p95; with browsers that take no time, a step's latency is the engine's own overhead
+plus its queueing: at saturation, rollouts / steps/s), and its memory per rollout (the engine's RSS growth over
+an idle engine, divided by the rollouts). Two policies:
+
+- ``instant``: a fixed inert click (the policy costs nothing): messaging, scheduling, frames, store writes;
+- ``protocol``: the full agent protocol with a stand-in model that answers at once (a canned ``computer_use``
+  reply): the chat of every step built (system prompt, context window, image references), the reply parsed and
+  mapped, and the step's messages stored.
+
+Each level is time-boxed: steps are counted over ``--seconds`` once every rollout has stepped. A py-spy sample of
+the engine process at the largest level says where its time goes.
+
+    python -m bench.engine_scale [--levels 256 1024 4096 8192] [--policies instant protocol] [--workers 2]
+                                 [--seconds 10] [--json docs/benchmarks/engine_scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import uvloop
+
+from bench.ceiling import CLICK
+from browserpool.pool import BrowserPool
+from engine.agent.prompts import AgentConfig
+from engine.config import RunConfig
+from engine.core import EngineCore, pool_config
+from engine.model_api import ChatRequest, Generation, LanguageModel
+from engine.policy_api import Policy
+from engine.rollout import EpisodeStatus
+from engine.store import RunStore
+from engine.tasks import Task
+from policy.agent_policy import AgentPolicy
+from policy.instant import InstantPolicy
+
+# A local address: the user's own site for the engine (no per-site limits), never loaded by a null worker.
+SITE = "http://127.0.0.1:9/page/"
+REPLY = ('Action: click the inert margin\n<tool_call>\n{"name": "computer_use", "arguments": '
+         '{"action": "left_click", "coordinate": [998, 500]}}\n</tool_call>')
+
+
+class InstantModel(LanguageModel):
+    """A stand-in model (named as such) that answers every chat at once with the same tool call."""
+
+    name = "instant-model"
+    model_name = "instant-model (benchmark stand-in)"
+
+    async def generate(self, request: ChatRequest) -> Generation:
+        return Generation(REPLY, finish_reason="stop")
+
+
+def make_policy(kind: str) -> Policy:
+    if kind == "instant":
+        return InstantPolicy(*CLICK)
+    if kind == "protocol":
+        return AgentPolicy(InstantModel(), AgentConfig(response_format="vanilla", window=2))
+    raise ValueError(f"unknown policy {kind!r}; expected instant or protocol")
+
+
+async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_per_episode: int,
+                profile: Path | None = None, run_root: str | None = None) -> dict[str, Any]:
+    """One engine with ``n`` rollouts on ``workers`` null workers: steps/s, CPU and latency per step, memory.
+    Run it in a fresh process (``--one``): the memory per rollout is the growth of that process's RSS. The run
+    directory goes below ``run_root`` (default: the temp directory)."""
+    from bench.suites.overhead import pyspy_window
+
+    workers = max(workers, -(-n // 4000))  # a worker has at most 4,096 screenshot slots (protocol.Hello)
+    me = psutil.Process()
+    uss0 = me.memory_full_info().uss  # everything imported, nothing started (USS: the workers' rings left out)
+    slots = -(-n // workers) + 64
+    # Enough episodes that none runs out in the window (each one ends after steps_per_episode steps).
+    samples = max(3, -(-int(2 * seconds * 2500) // (steps_per_episode * n)))
+    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=run_root) as tmp:
+        endpoint = f"ipc://{tmp}/engine.sock"
+        cfg = RunConfig(concurrency=n, workers=workers, telemetry=None, listen=endpoint, spawn_workers=False,
+                        policy_concurrency=max(128, n), output_dir=tmp)
+        procs = [subprocess.Popen([sys.executable, "-m", "bench.null_worker", "--endpoint", endpoint,
+                                   "--id", f"n{i}", "--slots", str(slots)], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for i in range(workers)]
+        store = RunStore(os.path.join(tmp, "run"))
+        pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
+        try:
+            await pool.start()
+            core = EngineCore(cfg, pool=pool, store=store)
+            await core.start()
+            stepping: set[str] = set()
+
+            def on_status(st: EpisodeStatus) -> None:
+                if st.step >= 2:
+                    stepping.add(st.episode_id)
+
+            core.on_status(on_status)
+            tasks = [Task(task_id=f"scale-{i}", task_name="benchmark page", website=f"{SITE}{i}",
+                          max_steps=steps_per_episode) for i in range(n)]
+            plan = [(t, s) for s in range(samples) for t in tasks]
+            run = asyncio.ensure_future(core.run_plan(make_policy(policy_kind), plan))
+            stats = core.stats
+            ramp0 = time.monotonic()
+            while len(stepping) < n and not run.done() and time.monotonic() - ramp0 < 300:
+                await asyncio.sleep(0.1)
+            if run.done():
+                run.result()  # raises what went wrong
+            ramp_s = time.monotonic() - ramp0
+            await asyncio.sleep(min(2.0, seconds / 4))  # past the start-up burst
+            workers_cpu = [psutil.Process(p.pid) for p in procs]
+            w0 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
+            t0, s0, l0 = time.monotonic(), stats.steps, len(stats.step_latencies_ms)
+            c0, th0, threads0 = time.process_time(), time.thread_time(), _thread_cpu(me)
+            uss = me.memory_full_info().uss
+            await asyncio.sleep(seconds)
+            t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
+            threads = {name: round((cpu - threads0.get(name, 0.0)) / (t1 - t0), 3)
+                       for name, cpu in _thread_cpu(me).items()}
+            w1 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
+            pyspy = await pyspy_window(min(seconds, 5.0), profile) if profile is not None else None
+            lat = sorted(stats.step_latencies_ms[l0:]) or [0.0]
+            errors = stats.outcomes["error"]
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+            await core.close()
+        finally:
+            await pool.close()
+            store.close()
+            for p in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(5)
+                if p.poll() is None:
+                    p.terminate()  # a worker the engine never took: it unlinks its ring as it goes
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(5)
+                if p.poll() is None:
+                    p.kill()
+    steps, window = s1 - s0, t1 - t0
+    return {"policy": policy_kind, "concurrency": n, "workers": workers, "window_s": round(window, 2),
+            "steps": steps, "steps_per_s": round(steps / window, 1),
+            "engine_cpu_ms_per_step": round((c1 - c0) * 1000 / max(1, steps), 4),
+            "loop_cpu_ms_per_step": round((th1 - th0) * 1000 / max(1, steps), 4),
+            "loop_busy": round((th1 - th0) / window, 3),
+            "null_workers_cpu_busy": round((w1 - w0) / window, 3),
+            "step_p50_ms": round(lat[len(lat) // 2], 2), "step_p95_ms": round(lat[int(len(lat) * 0.95)], 2),
+            "engine_threads_cpu_busy": threads,
+            "engine_uss_mib": round(uss / 2**20, 1),
+            "uss_per_rollout_kib": round((uss - uss0) / 1024 / n, 1),
+            "ramp_s": round(ramp_s, 1), "errors": errors, "pyspy": pyspy}
+
+
+def _thread_cpu(proc: psutil.Process) -> dict[str, float]:
+    """CPU seconds per thread of this process, by the thread's name (Python's, or the OS's for native threads)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for th in proc.threads():
+        name = names.get(th.id)
+        if name is None:
+            with contextlib.suppress(OSError):
+                name = Path(f"/proc/self/task/{th.id}/comm").read_text().strip()
+        key = name or str(th.id)
+        out[key] = out.get(key, 0.0) + th.user_time + th.system_time
+    return out
+
+
+def level_in_process(n: int, policy_kind: str, args: argparse.Namespace, profile: Path | None) -> dict[str, Any]:
+    """:func:`level` in a fresh Python process (its memory is the level's alone); the row it printed."""
+    cmd = [sys.executable, "-m", "bench.engine_scale", "--one", str(n), policy_kind, "--workers", str(args.workers),
+           "--seconds", str(args.seconds), "--steps", str(args.steps), *(["--run-root", args.run_root]
+                                                                        if args.run_root else [])]
+    if profile is not None:
+        cmd += ["--profile-file", str(profile)]
+    out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"level {policy_kind} c{n} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_levels(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every policy at every level, each in its own process; prints a line per level."""
+    rows = []
+    for policy_kind in args.policies:
+        for i, n in enumerate(args.levels):
+            profile = None
+            if args.profile and i == len(args.levels) - 1:
+                profile = Path(args.profile_dir) / f"engine-scale-{policy_kind}-{n}.txt"
+                profile.parent.mkdir(parents=True, exist_ok=True)
+            row = level_in_process(n, policy_kind, args, profile)
+            rows.append(row)
+            print(f"{policy_kind:8s} c{n:<5d} {row['steps_per_s']:8.1f} steps/s  engine CPU "
+                  f"{row['engine_cpu_ms_per_step']:.3f} ms/step, its loop {row['loop_cpu_ms_per_step']:.3f} "
+                  f"({100 * row['loop_busy']:.0f}% of a core); null workers {100 * row['null_workers_cpu_busy']:.0f}%"
+                  f"  step p50 {row['step_p50_ms']:.1f} ms p95 {row['step_p95_ms']:.1f} ms  "
+                  f"{row['uss_per_rollout_kib']:.0f} KiB/rollout  errors {row['errors']}", flush=True)
+            busy = {k: v for k, v in row["engine_threads_cpu_busy"].items() if v >= 0.02}
+            print(f"    engine threads (share of a core): {busy}")
+            if row["pyspy"] and "top_own" in row["pyspy"]:
+                for f in row["pyspy"]["top_own"][:8]:
+                    print(f"    {100 * f['share']:5.1f}%  {f['function']}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", type=int, nargs="+", default=[256, 1024, 4096, 8192])
+    ap.add_argument("--policies", nargs="+", default=["instant", "protocol"], choices=["instant", "protocol"])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--steps", type=int, default=20, help="steps per episode (then the episode's record)")
+    ap.add_argument("--profile", action="store_true", help="py-spy the engine at each policy's largest level")
+    ap.add_argument("--profile-dir", default="bench-results/engine-scale")
+    ap.add_argument("--run-root", default=None,
+                    help="where the run directories go (e.g. /dev/shm: the screenshots then cost no disk writes)")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--one", nargs=2, metavar=("N", "POLICY"), help=argparse.SUPPRESS)  # one level, as JSON
+    ap.add_argument("--profile-file", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        row = uvloop.run(level(int(args.one[0]), args.one[1], args.workers, args.seconds, args.steps,
+                               args.profile_file, args.run_root))
+        print(json.dumps(row, default=str))
+        return
+    rows = run_levels(args)
+    if args.json:
+        args.json.write_text(json.dumps({"benchmark": "engine_scale", "machine": {"cores": os.cpu_count()},
+                                         "config": {k: v for k, v in vars(args).items()
+                                                    if k not in ("json", "one", "profile_file")},
+                                         "rows": rows}, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

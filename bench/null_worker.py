@@ -1,0 +1,130 @@
+"""A null browser worker: a benchmark stand-in (named as such) that speaks the worker protocol with no browser.
+
+It connects to an engine like a worker started by hand (``--listen``), sends its Hello, writes every screenshot
+into its shared-memory ring as a real worker does, and answers each request at once: ``open``, ``act`` and
+``observe`` with an Observation of a pre-encoded JPEG (two alternating frames, so steps register a change),
+``close`` with nothing. What is left to measure is the engine process alone: messaging, scheduling, the policy's
+prompt and parse, the store. It never runs a page: it must not be used for anything but measuring the engine.
+
+    python -m bench.null_worker --endpoint ipc:///tmp/engine.sock --id n0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from typing import Any
+
+import numpy as np
+import uvloop
+import zmq
+import zmq.asyncio
+
+from browserpool import protocol as P
+from browserpool.instance import Instance
+from browserpool.shm import SlotRing
+from engine import _imgcodec as codec
+
+WIDTH, HEIGHT = 1280, 768
+
+
+def frames(quality: int = 80) -> list[bytes]:
+    """Two JPEG screenshots of a page-like image (bands of text-like noise), differing in one region."""
+    rng = np.random.default_rng(0)
+    img = np.full((HEIGHT, WIDTH, 3), 245, dtype=np.uint8)
+    for top in range(40, HEIGHT - 40, 60):  # lines of "text"
+        img[top:top + 14, 60:WIDTH - 200] = rng.integers(0, 120, size=(14, WIDTH - 260, 1), dtype=np.uint8)
+    other = img.copy()
+    other[100:300, 900:1200] = (30, 90, 200)  # a panel that comes and goes
+    return [codec.encode(a, quality) for a in (img, other)]
+
+
+class NullWorker:
+    """One connection to the engine, answering every request with a frame from the ring (or inline)."""
+
+    def __init__(self, endpoint: str, worker_id: str, slot_count: int = 1024, slot_size: int = 160 << 10) -> None:
+        self.endpoint = endpoint
+        self.worker_id = worker_id
+        self.jpegs = frames()
+        self.ring = SlotRing(slot_count, slot_size, Instance.current().new_shm_name(worker_id))
+        self.use_shm = True
+        self.served = 0
+        self._open: dict[str, int] = {}  # episode -> steps so far (which frame comes next)
+        self._ctx = zmq.asyncio.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+
+    async def run(self) -> None:
+        """Serve until the engine says shut down."""
+        self._sock.connect(self.endpoint)
+        await self._send(P.Hello(self.worker_id, os.getpid(), socket.gethostname(), 0, "null (benchmark stand-in)",
+                                 self.ring.name, self.ring.slot_count, self.ring.slot_size))
+        beat = asyncio.create_task(self._heartbeat())
+        try:
+            while True:
+                msg = P.decode_from_engine(await self._sock.recv())
+                if isinstance(msg, P.Request):
+                    for slot, gen in msg.release:
+                        self.ring.release(slot, gen)
+                    await self._send(P.Reply(msg.req_id, True, self._answer(msg)))
+                    self.served += 1
+                elif isinstance(msg, P.Welcome):
+                    self.use_shm = msg.use_shm
+                elif isinstance(msg, P.Shutdown):
+                    return
+        finally:
+            beat.cancel()
+            self.ring.close()
+            self._sock.close(0)
+            self._ctx.destroy(linger=0)
+
+    def _answer(self, req: P.Request) -> Any:
+        if req.op == "close":
+            self._open.pop(req.episode_id, None)
+            return None
+        if req.op == "evaluate":
+            return [None] * len(req.args.get("exprs", []))
+        if req.op == "locate":
+            return {}
+        step = self._open.get(req.episode_id, -1) + 1
+        self._open[req.episode_id] = step
+        jpeg = self.jpegs[step % 2]
+        ref = self.ring.write(jpeg) if self.use_shm else None
+        url = req.args["url"] if req.op == "open" else f"http://127.0.0.1:9/page/{step}"  # local: no per-site limits
+        return P.Observation(url, "null page", True, "quiet", WIDTH, HEIGHT, ref, None if ref else jpeg, {}, None,
+                             None, None, None, None if step == 0 else 0.05, None, 200)
+
+    async def _heartbeat(self) -> None:
+        parent = os.getppid()
+        while True:
+            if os.getppid() != parent:  # the benchmark that started it is gone: so is its engine
+                raise SystemExit(0)
+            await self._send(P.Heartbeat(self.worker_id, len(self._open), 0))
+            await asyncio.sleep(1.0)
+
+    async def _send(self, msg: P.Message) -> None:
+        await self._sock.send(P.encode(msg), copy=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--id", default="n0")
+    ap.add_argument("--slots", type=int, default=1024, help="screenshot slots (one per episode it serves at once)")
+    args = ap.parse_args(argv)
+    worker = NullWorker(args.endpoint, args.id, slot_count=args.slots)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # unwinds run(): its ring is unlinked
+
+    signal.signal(signal.SIGTERM, interrupt)
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(worker.run())
+
+
+if __name__ == "__main__":
+    main()
