@@ -37,6 +37,7 @@ import psutil
 import uvloop
 
 from bench.ceiling import CLICK
+from bench.null_worker import PAGE_URL
 from browserpool.pool import BrowserPool
 from engine.agent.prompts import AgentConfig
 from engine.config import RunConfig
@@ -49,8 +50,6 @@ from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
 from policy.instant import InstantPolicy
 
-# A local address: the user's own site for the engine (no per-site limits), never loaded by a null worker.
-SITE = "http://127.0.0.1:9/page/"
 REPLY = ('Action: click the inert margin\n<tool_call>\n{"name": "computer_use", "arguments": '
          '{"action": "left_click", "coordinate": [998, 500]}}\n</tool_call>')
 
@@ -107,7 +106,7 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
                     stepping.add(st.episode_id)
 
             core.on_status(on_status)
-            tasks = [Task(task_id=f"scale-{i}", task_name="benchmark page", website=f"{SITE}{i}",
+            tasks = [Task(task_id=f"scale-{i}", task_name="benchmark page", website=f"{PAGE_URL}task-{i}",
                           max_steps=steps_per_episode) for i in range(n)]
             plan = [(t, s) for s in range(samples) for t in tasks]
             run = asyncio.ensure_future(core.run_plan(make_policy(policy_kind), plan))

@@ -30,6 +30,8 @@ from browserpool.shm import SlotRing
 from engine import _imgcodec as codec
 
 WIDTH, HEIGHT = 1280, 768
+# The pages' address: local, so the engine applies no per-site limits; nothing is ever loaded from it.
+PAGE_URL = "http://127.0.0.1:9/page/"
 
 
 def frames(quality: int = 80) -> list[bytes]:
@@ -94,7 +96,7 @@ class NullWorker:
         self._open[req.episode_id] = step
         jpeg = self.jpegs[step % 2]
         ref = self.ring.write(jpeg) if self.use_shm else None
-        url = req.args["url"] if req.op == "open" else f"http://127.0.0.1:9/page/{step}"  # local: no per-site limits
+        url = req.args["url"] if req.op == "open" else f"{PAGE_URL}{step}"
         return P.Observation(url, "null page", True, "quiet", WIDTH, HEIGHT, ref, None if ref else jpeg, {}, None,
                              None, None, None, None if step == 0 else 0.05, None, 200)
 

@@ -73,12 +73,19 @@ class RunConfig:
     blocklist: str | None = None
     blocklist_ttl_s: float = DEFAULT_TTL_S
 
+    def run_step_caps(self) -> StepCaps | None:
+        """``step_caps`` for both splits (None: each task's own)."""
+        if self.step_caps is None:
+            return None
+        return StepCaps(train=tuple(self.step_caps), test=tuple(self.step_caps))  # type: ignore[arg-type]
+
     def rollout_settings(self, policy_version: int = 0) -> RolloutSettings:
         """The per-rollout settings of this run (every client of the core uses these)."""
         return RolloutSettings(split=self.split, retry_lost=self.retry_lost, mode=self.mode,
                                policy_version=policy_version, reward=self.reward,
                                episode_timeout_s=self.episode_timeout_s,
-                               policy_step_timeout_s=self.policy_step_timeout_s, page_limits=self.page_limits)
+                               policy_step_timeout_s=self.policy_step_timeout_s, page_limits=self.page_limits,
+                               step_caps=self.run_step_caps())
 
     def __post_init__(self) -> None:
         for name in ("episode_timeout_s", "policy_step_timeout_s"):
@@ -91,8 +98,7 @@ class RunConfig:
             raise ValueError(f"RunConfig.reward must be one of {REWARD_MODES}, not {self.reward!r}")
         if self.domain_limit < 0 or self.domain_rate < 0 or self.blocklist_ttl_s <= 0:
             raise ValueError("RunConfig.domain_limit and domain_rate must be >= 0 and blocklist_ttl_s > 0")
-        if self.step_caps is not None:
-            StepCaps(train=tuple(self.step_caps), test=tuple(self.step_caps))  # type: ignore[arg-type]  # validates
+        self.run_step_caps()  # validates them
         if self.straggler_fraction is not None and not 0 < self.straggler_fraction <= 1:
             raise ValueError("RunConfig.straggler_fraction must be in (0, 1]")
         if self.concurrency < 1 or self.workers < 1:

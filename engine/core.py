@@ -248,7 +248,8 @@ class EngineCore:
         return RolloutContext(pool=self.pool, policy=policy, policy_slots=policy_slots or self.policy_slots,
                               store=self.store, stats=self.stats,
                               settings=settings or self.cfg.rollout_settings(policy_version),
-                              on_status=self._status, judge=self.judge_queue, pace=self._pace)
+                              on_status=self._status, judge=self.judge_queue,
+                              pace=self._pace if self.pacer.rate else None)  # no rate: no per-step URL checks
 
     def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None) -> Rollout:
         """A new rollout of ``task`` (``sample``: the next unused index of the task when None), announced to

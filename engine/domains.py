@@ -148,7 +148,6 @@ class DomainPacer:
         self._interval = 1.0 / rate if rate else 0.0
         self._burst = max(1.0, rate) * self._interval  # how far ahead of now a domain's schedule may run
         self._tat: dict[str, float] = {}  # domain -> theoretical arrival time of its next action
-        self.waited_s: dict[str, float] = {}  # total time actions waited per domain
 
     def delay(self, domain: str, now: float | None = None) -> float:
         """Reserve the next action on ``domain``; how long it must wait first (0: go now)."""
@@ -157,10 +156,7 @@ class DomainPacer:
         now = time.monotonic() if now is None else now
         tat = max(self._tat.get(domain, now), now) + self._interval
         self._tat[domain] = tat
-        wait = max(0.0, tat - self._burst - now)
-        if wait:
-            self.waited_s[domain] = self.waited_s.get(domain, 0.0) + wait
-        return wait
+        return max(0.0, tat - self._burst - now)
 
     async def wait(self, domain: str) -> float:
         """Wait until an action may go to ``domain``; returns the seconds waited."""

@@ -30,7 +30,7 @@ from engine.redact import mask_text, mask_url
 from engine.rewards import FactVerdict, Reward, program_reward
 from engine.stats import RunStats
 from engine.store import RunStore, episode_key
-from engine.tasks import Task
+from engine.tasks import StepCaps, Task
 
 if TYPE_CHECKING:
     from engine.judging import JudgeQueue
@@ -106,6 +106,7 @@ class RolloutSettings:
     # Cap on one policy call (the backend's own retries included; the wait for a policy slot excluded).
     policy_step_timeout_s: float | None = None
     page_limits: PageLimits = DEFAULT_LIMITS  # caps on page texts copied into prompts and records
+    step_caps: StepCaps | None = None  # the run's steps per difficulty; None: each task's own
 
 
 @dataclass
@@ -302,7 +303,7 @@ class Rollout:
     async def _step(self) -> None:
         assert self.session is not None and self.current is not None
         index = len(self.steps)
-        cap = self.task.step_cap(self.ctx.settings.split)
+        cap = self.task.step_cap(self.ctx.settings.split, self.ctx.settings.step_caps)
         self.status.step = index
         t_step = time.monotonic()
         self._set(State.RUNNING, Op.MODEL)

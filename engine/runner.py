@@ -8,7 +8,6 @@ advances in lock-step, every step waiting for the slowest episode of the batch.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from engine.policy_api import Policy
 from engine.rollout import EpisodeStatus
 from engine.stats import RunStats
 from engine.store import episode_key, finished_keys, read_records
-from engine.tasks import StepCaps, Task, load_tasks
+from engine.tasks import Task, load_tasks
 
 
 def plan_episodes(tasks: list[Task], episodes: int | None, done: set[str]) -> list[tuple[Task, int]]:
@@ -50,9 +49,6 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None, *, judge: Ru
     ``cfg.run_dir`` set: resume that run directory (finished episodes are kept, unfinished ones rerun, records
     still waiting for a verdict are judged again). Returns the stats and the run directory."""
     tasks = load_task_source(cfg.tasks, base_url)
-    if cfg.step_caps is not None:
-        caps = StepCaps(train=tuple(cfg.step_caps), test=tuple(cfg.step_caps))  # type: ignore[arg-type]
-        tasks = [dataclasses.replace(t, step_caps=caps) for t in tasks]
     core = EngineCore(cfg, judge=judge, base_url=base_url)
     if on_status is not None:
         core.on_status(on_status)

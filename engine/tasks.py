@@ -126,9 +126,10 @@ class Task:
         """Facts in the rubric (the original sets ``difficulty`` to this; older shapes may differ)."""
         return sum(len(g.facts) for g in self.evaluator_reference)
 
-    def step_cap(self, split: str = "train") -> int:
-        """Steps allowed: the configured cap by difficulty bucket, or the task's own max_steps if larger."""
-        return max((self.step_caps or DEFAULT_STEP_CAPS).cap(self.difficulty, split), self.max_steps or 0)
+    def step_cap(self, split: str = "train", caps: StepCaps | None = None) -> int:
+        """Steps allowed: the cap by difficulty bucket (``caps``, the run's, win over the task file's), or the task's
+        own max_steps if larger."""
+        return max((caps or self.step_caps or DEFAULT_STEP_CAPS).cap(self.difficulty, split), self.max_steps or 0)
 
     @property
     def has_checks(self) -> bool:

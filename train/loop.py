@@ -169,7 +169,7 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None) -> list[
     out = Path(cfg.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     run_cfg = RunConfig(tasks=cfg.tasks, output_dir=str(out / "rollouts"), concurrency=cfg.concurrency,
-                        workers=cfg.workers, reward=cfg.reward, telemetry=None)
+                        workers=cfg.workers, reward=cfg.reward, telemetry=None, step_caps=cfg.step_caps)
     judge = (make_judge(JudgeConfig(base_url=cfg.judge_base_url, model=cfg.judge_model))
              if cfg.judge_base_url and cfg.reward != "program" else None)
     target = target or make_target(cfg)
@@ -181,9 +181,6 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None) -> list[
     async with RolloutService(run_cfg, serve_sites=True, site_mounts=mounts, judge=judge) as service:
         assert service.base_url is not None and service.run_dir is not None
         tasks = load_task_source(cfg.tasks, service.base_url)
-        if cfg.step_caps is not None:
-            caps = StepCaps(train=tuple(cfg.step_caps))  # type: ignore[arg-type]
-            tasks = [dataclasses.replace(t, step_caps=caps) for t in tasks]
         await target.sync.start()
         usage = Utilization({
             "browsers": lambda: (service.stats.states["W"] + service.stats.states["R"]) / cfg.concurrency,

@@ -1,5 +1,5 @@
-"""What several suites share: the machine's size, its CPU busy share, the task mix on the bundled and heavy
-pages, and the facts recorded about the pages each profile loads."""
+"""What several suites share: the machine's size, the task mix on the bundled and heavy pages, and the facts
+recorded about the pages each profile loads."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from bench import ceiling
 
 CORES = max(1, os.cpu_count() or 1)
 GiB = 2**30
-
-SATURATED_PCT = 95.0  # machine CPU busy share from which a run counts as CPU-bound
 
 HEAVY_TASK_PAGES = [("shop.html", "Find the cheapest Kettle in the Bazaar catalogue and add it to the cart"),
                     ("news.html", "Open the most read Science article of The Daily Heavy and report its author"),
@@ -36,13 +34,6 @@ def write_task_mix(path: Path, heavy: int, seed: int) -> int:
     random.Random(seed).shuffle(rows)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return len(rows)
-
-
-def machine_busy(before: Any, after: Any) -> float:
-    """The share of the machine's CPU time (all cores) that was busy between two ``psutil.cpu_times()``."""
-    total = sum(after) - sum(before)
-    idle = (after.idle + getattr(after, "iowait", 0.0)) - (before.idle + getattr(before, "iowait", 0.0))
-    return round(1.0 - idle / total, 3) if total > 0 else 0.0
 
 
 def page_profile_facts(base: str, profiles: list[str], per_profile: int | None = None) -> dict[str, Any]:

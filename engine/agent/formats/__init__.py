@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from engine.agent.prompts import ACTION_FORMATS
+
 from .base import ActionFormat, CallFormat
 from .pyautogui import PyAutoGUIFormat
 from .qwen import QwenToolCallFormat
 from .uitars import UITarsFormat
 
 FORMATS: dict[str, ActionFormat] = {f.name: f for f in (QwenToolCallFormat(), UITarsFormat(), PyAutoGUIFormat())}
+assert tuple(FORMATS) == ACTION_FORMATS  # the names AgentConfig checks (prompts.py cannot import this package)
 
 
 def action_format(name: str) -> ActionFormat:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from engine.actions import AgentAction
 from engine.agent.coords import CoordFrame, Elements, map_point
 from engine.agent.parser import MAX_REPLY_CHARS, ParsedReply, skip_reason
-from engine.agent.prompts import AgentConfig, PromptTemplates
+from engine.agent.prompts import AgentConfig, PromptTemplates, fill
 
 MAX_CALLS = 16  # calls read per reply, as for tool calls
 
@@ -67,9 +67,21 @@ class ActionFormat(ABC):
         """A reply as an action (``wait`` when nothing usable was found) and what was read; never raises."""
 
 
+# What the system prompt says of the coordinates, per ``--coords``.
+_SCREEN = {"grid": "Coordinates run from 0 to 1000 on both axes of the screenshot, whatever its size.",
+           "pixels": "Coordinates are pixels of the screenshot, which is ${screen_width}x${screen_height}."}
+
+
 class CallFormat(ActionFormat):
     """A format whose replies hold calls (a thought, then one or more calls): the first call that maps to an
-    action is the step's action; the others are listed in ``skipped`` with why."""
+    action is the step's action; the others are listed in ``skipped`` with why. Its system prompt is
+    ``system_template`` with ``$screen`` filled in."""
+
+    system_template: ClassVar[str]
+    no_call: ClassVar[str] = "no action in reply"
+
+    def system_prompt(self, cfg: AgentConfig, templates: PromptTemplates, width: int, height: int) -> str:
+        return fill(self.system_template, screen=fill(_SCREEN[cfg.coords], screen_width=width, screen_height=height))
 
     def read(self, text: str, frame: CoordFrame, elements: Elements | None = None
              ) -> tuple[AgentAction, dict[str, Any]]:
@@ -99,8 +111,6 @@ class CallFormat(ActionFormat):
             info["error"] = f"parse failure: {e!r}"
         reply.error = info["error"]
         return AgentAction("wait"), info
-
-    no_call: ClassVar[str] = "no action in reply"
 
     @abstractmethod
     def calls(self, text: str, reply: ParsedReply, skipped: list[str]) -> Iterator[tuple[int, Call]]:

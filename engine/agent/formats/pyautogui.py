@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 from engine.actions import AgentAction
 from engine.agent.coords import CoordFrame, map_point, navigable_url
 from engine.agent.parser import ParsedReply, skip_reason
-from engine.agent.prompts import AgentConfig, PromptTemplates, fill
 
 from .base import Call, CallFormat, keys, number, read_call, text_arg, typed
 
@@ -37,10 +36,8 @@ The calls you may use, one per line, with literal arguments:
 Write WAIT to wait for the page to change, DONE when the task is done and needs no answer, FAIL when it cannot be \
 done. $screen"""
 
-_SCREEN = {"grid": "Coordinates run from 0 to 1000 on both axes of the screenshot, whatever its size.",
-           "pixels": "Coordinates are pixels of the screenshot, which is ${screen_width}x${screen_height}."}
 _CODE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n", re.IGNORECASE)
-_WORDS = {"WAIT": "wait", "DONE": "answer", "FAIL": "answer"}
+_WORDS = frozenset({"WAIT", "DONE", "FAIL"})  # words some agents write instead of a call
 
 
 class PyAutoGUIFormat(CallFormat):
@@ -49,10 +46,8 @@ class PyAutoGUIFormat(CallFormat):
     name: ClassVar[str] = "pyautogui"
     families: ClassVar[str] = "agents that write pyautogui code (OSWorld-style prompts of general VLMs, Aguvis, " \
                               "OpenCUA, Jedi)"
+    system_template: ClassVar[str] = SYSTEM
     no_call: ClassVar[str] = "no pyautogui code in reply"
-
-    def system_prompt(self, cfg: AgentConfig, templates: PromptTemplates, width: int, height: int) -> str:
-        return fill(SYSTEM, screen=fill(_SCREEN[cfg.coords], screen_width=width, screen_height=height))
 
     def calls(self, text: str, reply: ParsedReply, skipped: list[str]) -> Iterator[tuple[int, Call]]:
         fence = _CODE.search(text)

@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 from engine.actions import AgentAction
 from engine.agent.coords import CoordFrame, navigable_url
 from engine.agent.parser import ParsedReply, skip_reason
-from engine.agent.prompts import AgentConfig, PromptTemplates, fill
 
 from .base import Call, CallFormat, keys, point, read_call, text_arg, typed
 
@@ -47,8 +46,6 @@ finished(content='')  # the task is done: content is the answer
 - Write a short plan in Thought, then one action.
 - Escape quotes inside strings with a backslash and write newlines as \\n."""
 
-_SCREEN = {"grid": "Coordinates run from 0 to 1000 on both axes of the screenshot, whatever its size.",
-           "pixels": "Coordinates are pixels of the screenshot, which is ${screen_width}x${screen_height}."}
 _DIRECTIONS = ("up", "down")
 
 
@@ -57,11 +54,8 @@ class UITarsFormat(CallFormat):
 
     name: ClassVar[str] = "uitars"
     families: ClassVar[str] = "UI-TARS 1.0 / 1.5 (ByteDance) and models fine-tuned on its grammar"
+    system_template: ClassVar[str] = SYSTEM
     no_call: ClassVar[str] = "no Action: in reply"
-
-    def system_prompt(self, cfg: AgentConfig, templates: PromptTemplates, width: int, height: int) -> str:
-        screen = fill(_SCREEN[cfg.coords], screen_width=width, screen_height=height)
-        return fill(SYSTEM, screen=screen)
 
     def calls(self, text: str, reply: ParsedReply, skipped: list[str]) -> Iterator[tuple[int, Call]]:
         head, marker, actions = text.partition("Action:")
