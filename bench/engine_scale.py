@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -50,6 +51,7 @@ from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
 from policy.instant import InstantPolicy
 
+OPENS_PER_NULL_WORKER = 256
 REPLY = ('Action: click the inert margin\n<tool_call>\n{"name": "computer_use", "arguments": '
          '{"action": "left_click", "coordinate": [998, 500]}}\n</tool_call>')
 
@@ -94,7 +96,10 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for i in range(workers)]
         store = RunStore(os.path.join(tmp, "run"))
-        pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
+        # A null worker's page load is instant: the cap on loads in flight per worker (there for Chromium) would
+        # only stretch the start-up of thousands of rollouts, which is not what this measures.
+        pool = BrowserPool(dataclasses.replace(pool_config(cfg, os.path.join(tmp, "workers.log")),
+                                               opens_per_worker=OPENS_PER_NULL_WORKER))
         try:
             await pool.start()
             core = EngineCore(cfg, pool=pool, store=store)

@@ -79,6 +79,7 @@ class Policy:
     wants_page_probe = False  # True only for oracle policies (scripted demonstrations)
     som = False  # True: observations carry Set-of-Marks elements and screenshots with the marks drawn
     history_frames = 0  # how many past screenshots act() reads; older ones are dropped from memory
+    reads_pixels = True  # False: act() never reads StepView.jpeg (it is None), so the engine copies no screenshot
 
     async def start(self) -> None:
         """Acquire resources (connections, models). Called once before the first act()."""

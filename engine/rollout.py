@@ -450,12 +450,17 @@ class Rollout:
     def _take_observation(self, obs: Observation, frame: Frame, truncated: list[str]) -> bool | None:
         """Store the screenshot as received, note whether the page changed (the worker compared), free the slot.
         ``obs`` is already bounded (:meth:`_bound`); ``truncated`` says what that cut."""
-        with frame:
-            if not frame.view:
-                raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
-            path = self.ctx.store.write_frame(self.episode_id, self.frames_taken, frame.view)
-            self.frames_taken += 1
-            jpeg = bytes(frame.view)
+        if not frame.view:
+            frame.release()
+            raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
+        jpeg: bytes | None = None
+        if self.ctx.policy.reads_pixels:
+            with frame:  # the slot goes back to the worker now; the copy goes to the store and the prompt
+                jpeg = bytes(frame.view)
+            path = self.ctx.store.queue_frame(self.episode_id, self.frames_taken, jpeg)
+        else:  # written from the slot itself, which goes back once the file is written
+            path = self.ctx.store.queue_frame(self.episode_id, self.frames_taken, frame.view, frame.release)
+        self.frames_taken += 1
         self.current_status = obs.status  # the page's main document's HTTP status
         self.current_load = load_outcome(obs.status, obs.load_error, obs.events)  # a failed load, typed
         changed = None
@@ -476,15 +481,16 @@ class Rollout:
         self._set(State.RUNNING, Op.REWARD)
         if self._judged():
             # The judge reads the stored screenshots later: record now, free the browser, never wait.
-            self._write("judge_pending")
+            await self._write("judge_pending")
             assert self.ctx.judge is not None and self.record is not None
-            self.ctx.judge.submit(self.task, self.record)
+            if self.record["status"] == "judge_pending":  # not when its screenshots could not be stored
+                self.ctx.judge.submit(self.task, self.record)
         else:
             t_reward = time.monotonic()
             reward = await self._reward()
             self.ctx.stats.record_phase("judge", (time.monotonic() - t_reward) * 1000)
             self.status.reward = reward.value
-            self._write("success" if reward.value == 1.0 else "failure", reward=reward)
+            await self._write("success" if reward.value == 1.0 else "failure", reward=reward)
         self._set(State.FINISHED)
         await self._release_browser()
 
@@ -539,7 +545,7 @@ class Rollout:
     async def _fail(self, kind: str, message: str) -> None:
         if self.record is None:
             self.status.error = kind
-            self._write("error", error={"kind": kind, "message": self._error_text(message)})
+            await self._write("error", error={"kind": kind, "message": self._error_text(message)})
             self._set(State.FAILED)
         await self._release_browser()
 
@@ -551,9 +557,11 @@ class Rollout:
         if self.record is not None:
             await self.ctx.policy.end_episode(self.episode_id)
 
-    def _write(self, status: RecordStatus, reward: Reward | None = None, error: RecordError | None = None) -> None:
+    async def _write(self, status: RecordStatus, reward: Reward | None = None,
+                     error: RecordError | None = None) -> None:
+        """Publish the episode's record (once its screenshots are written: readers open them at once)."""
         cur = self.current
-        self.record = {
+        self.record = record = {
             "format_version": FORMAT_VERSION,
             "episode_id": self.episode_id,
             "sample": self.sample,
@@ -578,6 +586,13 @@ class Rollout:
             "duration_s": round(time.monotonic() - self.t0, 3),
             "timings_ms": self.timings,
         }
-        self.ctx.store.append(self.record)
-        self.ctx.stats.record_episode(status)
-        self.ended.set()
+        try:
+            lost = await self.ctx.store.frames_landed(self.episode_id)
+            if lost and status != "error":  # a screenshot the record names is missing: the episode is not usable
+                status = record["status"] = "error"
+                record["reward"] = None
+                record["error"] = {"kind": "store", "message": self._error_text("; ".join(lost))}
+        finally:  # even when cancelled while waiting: every episode that ends has its record
+            self.ctx.store.append(record)
+            self.ctx.stats.record_episode(status)
+            self.ended.set()

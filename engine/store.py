@@ -5,7 +5,8 @@ Layout::
     RUN_DIR/manifest.json          format version, config, code version, start time
     RUN_DIR/episodes.jsonl         exactly one record per episode, appended atomically
     RUN_DIR/judgements.jsonl       judge verdicts, appended as they come (the latest per episode counts)
-    RUN_DIR/frames/<episode>/NNN.jpg   the worker's JPEG bytes, never re-encoded
+    RUN_DIR/frames/<episode>/NNN.jpg   the worker's JPEG bytes, never re-encoded (written off the event loop;
+                                       an episode's record is appended once its files are there)
 
 A record is one ``write`` of one line on a file opened with O_APPEND, so it is either there whole or
 not at all; a torn last line (the process killed inside the write) is cut off when the run resumes.
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import engine
+from engine.frame_writer import FrameWriter, write_file
 from engine.records import (
     FORMAT_VERSION,
     EpisodeRecord,
@@ -79,6 +81,7 @@ class RunStore:
         _repair_tail(self.episodes_path)
         self._judgements_fd: int | None = None
         self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._frames = FrameWriter()
 
     def write_manifest(self, config: dict[str, Any]) -> None:
         """Write manifest.json atomically (temp file + rename); keeps the first start time on resume.
@@ -101,21 +104,30 @@ class RunStore:
     def frame_path(self, episode_id: str, index: int) -> Path:
         return self.frames_dir / _SAFE.sub("_", episode_id) / f"{index:03d}.jpg"
 
-    def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
-        """Store one screenshot as given; returns its path relative to the run directory."""
+    def _frame_rel(self, episode_id: str, index: int) -> str:
         # Plain strings, not Path objects: this runs once per step in the engine process.
-        rel = f"frames/{_SAFE.sub('_', episode_id)}/{index:03d}.jpg"
-        path = os.path.join(self._dir, rel)
-        if index == 0:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(jpeg)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        return f"frames/{_SAFE.sub('_', episode_id)}/{index:03d}.jpg"
+
+    def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
+        """Store one screenshot as given, now; returns its path relative to the run directory."""
+        rel = self._frame_rel(episode_id, index)
+        error = write_file(os.path.join(self._dir, rel), jpeg, make_dir=index == 0)
+        if error:
+            raise OSError(f"cannot store a screenshot: {error}")
         return rel
+
+    def queue_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview,
+                    done: Callable[[], None] | None = None) -> str:
+        """Store one screenshot off the event loop (the rollouts' path); returns its path relative to the run
+        directory at once. ``jpeg`` stays untouched until ``done`` runs on the loop (e.g. a worker's slot, handed
+        back then). Await :meth:`frames_landed` before publishing the episode's record."""
+        rel = self._frame_rel(episode_id, index)
+        self._frames.submit(episode_id, os.path.join(self._dir, rel), jpeg, index == 0, done)
+        return rel
+
+    async def frames_landed(self, episode_id: str) -> list[str]:
+        """Wait until the episode's queued screenshots are written; the errors of those that could not be."""
+        return await self._frames.landed(episode_id)
 
     def append(self, record: EpisodeRecord) -> None:
         """Append one episode record as a single line in a single write."""
@@ -133,6 +145,8 @@ class RunStore:
         _append_line(self._judgements_fd, self.judgements_path, judgement)
 
     def close(self) -> None:
+        """Write the screenshots still queued, close the files, release the run directory."""
+        self._frames.close()
         os.close(self._fd)
         if self._judgements_fd is not None:
             os.close(self._judgements_fd)

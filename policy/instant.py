@@ -11,6 +11,7 @@ class InstantPolicy(Policy):
     """Clicks a fixed point (default: the top-left corner, usually inert) every step."""
 
     name = "instant"
+    reads_pixels = False
 
     def __init__(self, x: float = 5.0, y: float = 5.0) -> None:
         self.x, self.y = x, y

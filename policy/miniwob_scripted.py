@@ -104,6 +104,7 @@ class MiniWobScriptedPolicy(Policy):
     """Solves the MiniWoB++ tasks in :data:`SOLVED_TASKS` from the live page; answers at once elsewhere."""
 
     name = "miniwob-scripted"
+    reads_pixels = False
     wants_page_probe = True
 
     async def act(self, request: PolicyRequest) -> PolicyReply:

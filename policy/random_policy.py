@@ -21,6 +21,7 @@ class RandomPolicy(Policy):
     """Clicks, types, scrolls, presses keys, goes back, and now and then answers."""
 
     name = "random"
+    reads_pixels = False
 
     def __init__(self, seed: int = 0, answer_prob: float = 0.03, som: bool = False) -> None:
         self.seed = seed

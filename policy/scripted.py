@@ -27,6 +27,7 @@ class ScriptedPolicy(Policy):
     """Replays ``task.reference_solution``; answers "done" when the solution has no answer step."""
 
     name = "scripted"
+    reads_pixels = False
     wants_page_probe = True
 
     def __init__(self) -> None:

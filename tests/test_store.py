@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -45,6 +46,56 @@ def test_frames_are_written_byte_for_byte(tmp_path: Path) -> None:
     rel2 = store.write_frame("shop-001#0", 1, jpeg[:10])
     assert rel == "frames/shop-001_0/000.jpg" and rel2.endswith("001.jpg")
     assert (tmp_path / rel).read_bytes() == jpeg
+
+
+async def test_queued_frames_have_landed_when_the_barrier_returns(tmp_path: Path) -> None:
+    """The rollouts' path: files are written on the store's thread; ``frames_landed`` returns once every frame
+    of the episode is complete on disk (a record is published only after it)."""
+    store = RunStore(tmp_path)
+    frames = [os.urandom(150_000) for _ in range(40)]
+    paths = [store.queue_frame("e#0", i, data) for i, data in enumerate(frames)]
+    other = store.queue_frame("f#0", 0, b"other")
+    assert await store.frames_landed("e#0") == []
+    assert [(tmp_path / rel).read_bytes() for rel in paths] == frames
+    assert await store.frames_landed("never-queued#0") == []  # nothing to wait for
+    store.close()  # drains what is still queued
+    assert (tmp_path / other).read_bytes() == b"other"
+
+
+async def test_a_frame_written_from_its_buffer_hands_it_back_on_the_loop(tmp_path: Path) -> None:
+    """The zero-copy path: the file is written from the given buffer (a worker's slot), then ``done`` runs on the
+    event loop's thread, never before the bytes are on disk."""
+    import threading
+
+    store = RunStore(tmp_path)
+    slot = bytearray(os.urandom(100_000))
+    handed_back: list[tuple[bytes, bool]] = []
+
+    def done() -> None:  # what the rollout passes: Frame.release
+        rel_path = tmp_path / "frames" / "e_0" / "000.jpg"
+        handed_back.append((rel_path.read_bytes(), threading.current_thread() is threading.main_thread()))
+
+    rel = store.queue_frame("e#0", 0, memoryview(slot), done)
+    assert await store.frames_landed("e#0") == []
+    for _ in range(100):  # the callback is scheduled on the loop by the writer thread
+        if handed_back:
+            break
+        await asyncio.sleep(0.01)
+    assert handed_back == [(bytes(slot), True)]
+    assert (tmp_path / rel).read_bytes() == bytes(slot)
+    store.close()
+
+
+async def test_a_frame_that_cannot_be_written_is_reported_by_the_barrier(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.queue_frame("e#0", 0, b"first")
+    assert await store.frames_landed("e#0") == []
+    (tmp_path / "frames" / "e_0").rename(tmp_path / "moved")  # the episode's folder vanished mid-episode
+    store.queue_frame("e#0", 1, b"second")
+    errors = await store.frames_landed("e#0")
+    assert len(errors) == 1 and errors[0].startswith("001.jpg:")
+    assert await store.frames_landed("e#0") == []  # reported once
+    store.close()
 
 
 def test_manifest_keeps_start_time_on_resume(tmp_path: Path) -> None:
