@@ -3,7 +3,8 @@
 Suites: ceiling, async, scaling, overhead, codec, policy, or ``all`` (see ``bench/suites/`` for what
 each measures and how). Writes a results directory (default ``bench-results/<UTC timestamp>/``) with one
 JSON file per suite, the plots and ``summary.md``, and prints the summary table. ``--publish docs`` also
-copies the plots to ``docs/benchmarks/`` and rewrites ``docs/benchmarks.md`` from this run.
+stores the run's results in ``docs/benchmarks/`` and renders ``docs/benchmarks.md`` and the README's figure blocks
+from everything stored there (``bench.publish``, the same code as ``python -m bench.publish``).
 
 Also runnable as ``python -m bench.cli``.
 """
@@ -15,16 +16,16 @@ from pathlib import Path
 
 import click
 
+from bench.publish import publish, write_summary
+from bench.render import FigureError
 from bench.suite import (
     SCALES,
     SUITE_NAMES,
     SuiteResult,
     default_results_dir,
     machine_facts,
-    publish,
     summary_table_text,
     write_suite,
-    write_summary,
 )
 
 
@@ -52,7 +53,10 @@ def run_benchmarks(suites: list[str], scale: str, out: Path, repeats: int | None
             click.echo(f"[bench] {name}: {state} in {time.monotonic() - t0:.0f} s")
     write_summary(out, results, machine, scale)
     if publish_to is not None:
-        publish(out, publish_to, results, machine, scale)
+        try:
+            publish(out, publish_to, results)
+        except FigureError as exc:  # the run's results are stored by now; only the rendering failed
+            raise click.ClickException(f"publishing: {exc} (results stored in {publish_to / 'benchmarks'})") from exc
     return results
 
 
@@ -66,7 +70,8 @@ def run_benchmarks(suites: list[str], scale: str, out: Path, repeats: int | None
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Repeats per measurement (default: 3, or 1 with --quick).")
 @click.option("--publish", "publish_to", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Also write DIR/benchmarks.md and copy the plots to DIR/benchmarks/ (e.g. docs).")
+              help="Also store the results in DIR/benchmarks/ and render DIR/benchmarks.md and the README's "
+                   "figure blocks from them (e.g. docs).")
 def bench(suites: tuple[str, ...], quick: bool, tiny: bool, out: Path | None, repeats: int | None,
           publish_to: Path | None) -> None:
     """Run benchmark SUITES (ceiling, async, scaling, overhead, codec, policy, or all) and write a results

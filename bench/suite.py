@@ -2,14 +2,17 @@
 
 A suite (``bench/suites/``) runs its measurements ``repeats`` times and records every value of every
 figure in a :class:`SuiteResult`; a :class:`Figure` reports the median with the min and max, and, where
-the project sets one, the goal and whether the median meets it. :func:`write_results` writes::
+the project sets one, the goal and whether the median meets it. A run writes::
 
     RESULTS_DIR/
       <suite>.json     every figure (median, min, max, all values), the suite's configuration, its raw
                        per-run rows, notes, the machine facts; ``skipped`` with the reason when it did not run
-      <suite>*.png     the suite's plots (matplotlib, min-max error bars)
-      summary.md       the machine, then one table row per figure: value (median [min-max]), goal, met?
+                       (:func:`write_suite`)
+      <suite>*.png     the suite's plots (:func:`plot_series`: matplotlib, min-max error bars)
+      summary.md       the machine, then one table row per figure (``bench.publish.write_summary``)
       summary.json     the same table as data
+
+Rendering stored results into the documentation is ``bench.publish``'s job.
 """
 
 from __future__ import annotations
@@ -63,16 +66,12 @@ class Figure:
         return bool(GOAL_OPS[op](self.median, threshold))
 
     def goal_text(self) -> str:
-        return f"{self.goal[0]} {_num(self.goal[1])}{(' ' + self.unit) if self.unit else ''}" if self.goal else ""
+        return f"{self.goal[0]} {num_text(self.goal[1])}{(' ' + self.unit) if self.unit else ''}" if self.goal else ""
 
     def value_text(self) -> str:
         """``median [min-max] unit``, or ``n/a``."""
-        if not self.values:
-            return "n/a"
-        unit = f" {self.unit}" if self.unit else ""
-        if len(self.values) == 1:
-            return f"{_num(self.values[0])}{unit}"
-        return f"{_num(self.median)} [{_num(min(self.values))}-{_num(max(self.values))}]{unit}"
+        lo, hi = (min(self.values), max(self.values)) if self.values else (None, None)
+        return range_text(self.median, lo, hi, len(self.values), self.unit)
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "unit": self.unit, "median": _round(self.median),
@@ -86,13 +85,13 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
-def _num(v: float | None) -> str:
+def num_text(v: float | None) -> str:
     """Compact number formatting for tables: 3 significant digits, no exponent for ordinary values."""
-    if v is None:
+    if v is None or v != v:  # None, or NaN (a value that could not be measured)
         return "n/a"
     a = abs(v)
     if float(v).is_integer() and a < 1e6:
-        return f"{int(v):,}" if a >= 10_000 else str(int(v))
+        return f"{int(v):,}"
     if a >= 100:
         return f"{v:,.0f}"
     if a >= 10:
@@ -100,6 +99,16 @@ def _num(v: float | None) -> str:
     if a >= 1:
         return f"{v:.2f}"
     return f"{v:.3f}"
+
+
+def range_text(median: float | None, lo: float | None, hi: float | None, n: int, unit: str = "") -> str:
+    """A figure as every page shows it: ``median [min-max] unit`` (one value alone when ``n`` is 1), or ``n/a``."""
+    if not n or median is None:
+        return "n/a"
+    unit = f" {unit}" if unit else ""
+    if n == 1:
+        return f"{num_text(median)}{unit}"
+    return f"{num_text(median)} [{num_text(lo)}-{num_text(hi)}]{unit}"
 
 
 @dataclass
@@ -114,6 +123,8 @@ class SuiteResult:
     runs: list[dict[str, Any]] = field(default_factory=list)  # raw per-run rows, whatever the suite measured
     notes: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
+    # Headline rows {"figure", "value", "unit", "goal", "met"} that the publisher renders into the README.
+    summary: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
@@ -138,7 +149,8 @@ class SuiteResult:
                 "started_at": _dt.datetime.fromtimestamp(self.started_at, _dt.UTC).isoformat(timespec="seconds"),
                 "duration_s": round(self.duration_s, 1), "config": self.config,
                 "figures": {k: f.to_dict() for k, f in self.figures.items()}, "notes": self.notes,
-                "plots": self.plots, "runs": self.runs, "machine": machine}
+                "plots": self.plots, "runs": self.runs, "machine": machine,
+                **({"summary": self.summary} if self.summary else {})}
 
 
 # --- machine facts -------------------------------------------------------------------------------------------
@@ -303,61 +315,6 @@ def summary_rows(results: Sequence[SuiteResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def _met_text(met: bool | None) -> str:
-    return "" if met is None else ("yes" if met else "**no**")
-
-
-def summary_markdown(results: Sequence[SuiteResult], machine: dict[str, Any], scale: str,
-                     plots_prefix: str = "", goals_only: bool = False) -> str:
-    """The Markdown summary: machine facts, the table of figures (goals first), and the plots."""
-    libs = ", ".join(f"{k} {v}" for k, v in machine.get("libraries", {}).items() if v)
-    gpu = machine.get("gpu")
-    lines = [
-        "# Benchmark summary", "",
-        f"Scale `{scale}`; each value is the median over the repeats, with [min-max]. "
-        "Produced by `webgym-engine bench`.", "",
-        f"- Machine: {machine.get('cores')} cores ({machine.get('cpu_model') or 'unknown CPU'}), "
-        f"{machine.get('memory_gib')} GiB memory ({machine.get('memory_available_gib')} GiB available at the start), "
-        f"load average at the start {machine.get('load_average')}",
-        f"- GPU: {gpu['name'] + ' x' + str(gpu['count']) if gpu else 'none'}",
-        f"- {machine.get('chromium') or 'Chromium: unknown'}; Python {machine.get('python')}; {machine.get('os')}",
-        f"- Libraries: {libs}",
-        f"- Code: {machine.get('git_revision') or 'unknown revision'}", "",
-    ]
-    goals = [f for r in results for f in r.figures.values() if f.goal]
-    if goals:
-        lines += ["## Goals", "", "| figure | value | goal | met |", "|---|---|---|---|"]
-        lines += [f"| {f.label} | {f.value_text()} | {f.goal_text()} | {_met_text(f.met)} |" for f in goals]
-        lines.append("")
-    if not goals_only:
-        for r in results:
-            lines += [f"## {r.suite}", ""]
-            if r.skipped:
-                lines += [f"Skipped: {r.skipped}", ""]
-                continue
-            lines += ["| figure | value | goal | met |", "|---|---|---|---|"]
-            lines += [f"| {f.label} | {f.value_text()} | {f.goal_text()} | {_met_text(f.met)} |"
-                      for f in r.figures.values()]
-            lines.append("")
-            lines += [f"- {n}" for n in r.notes]
-            if r.notes:
-                lines.append("")
-            lines += [f"![{p}]({plots_prefix}{p})" for p in r.plots]
-            if r.plots:
-                lines.append("")
-    return "\n".join(lines)
-
-
-def write_summary(out: Path, results: Sequence[SuiteResult], machine: dict[str, Any], scale: str) -> Path:
-    """``summary.md`` and ``summary.json`` in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps({"scale": scale, "machine": machine,
-                                                  "rows": summary_rows(results)}, indent=2) + "\n")
-    path = out / "summary.md"
-    path.write_text(summary_markdown(results, machine, scale) + "\n", encoding="utf-8")
-    return path
-
-
 def summary_table_text(results: Sequence[SuiteResult]) -> str:
     """A plain-text table of every figure, for the terminal."""
     rows = [("suite", "figure", "value (median [min-max])", "goal", "met")]
@@ -371,26 +328,3 @@ def summary_table_text(results: Sequence[SuiteResult]) -> str:
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
-
-
-def publish(out: Path, docs: Path, results: Sequence[SuiteResult], machine: dict[str, Any], scale: str) -> Path:
-    """Copy a results directory's plots and JSON files to ``DOCS/benchmarks/``, write ``DOCS/benchmarks.md`` (the
-    whole summary) and ``DOCS/benchmarks/goals.md`` (machine and goals table only, for the README) from it."""
-    img_dir = docs / "benchmarks"
-    img_dir.mkdir(parents=True, exist_ok=True)
-    for r in results:
-        for p in r.plots:
-            shutil.copy2(out / p, img_dir / p)
-        shutil.copy2(out / f"{r.suite}.json", img_dir / f"{r.suite}.json")
-    for profile in out.glob("engine-pyspy-0.txt"):  # the overhead suite's py-spy sample (first repeat)
-        shutil.copy2(profile, img_dir / profile.name)
-    text = summary_markdown(results, machine, scale, plots_prefix="benchmarks/")
-    text = text.replace("# Benchmark summary", "# Benchmarks", 1)
-    text += ("\nRegenerate with `webgym-engine bench all --publish docs` on a quiet machine "
-             "(`--quick` for a shorter run); the suites and their methods are described in `bench/suites/`.\n")
-    path = docs / "benchmarks.md"
-    path.write_text(text, encoding="utf-8")
-    # The machine and goals table alone, for the README's "Measured" section.
-    goals = summary_markdown(results, machine, scale, goals_only=True).replace("# Benchmark summary", "# Goals", 1)
-    (img_dir / "goals.md").write_text(goals + "\n", encoding="utf-8")
-    return path

@@ -1,0 +1,377 @@
+"""The README's figure blocks, rendered from the stored results.
+
+A page marks a block with ``<!-- figures: NAME -->`` ... ``<!-- /figures -->``; :func:`render_block` gives the
+Markdown between the markers. :data:`BLOCKS` holds one function per named block; ``summary:STEM`` renders the
+``summary`` rows of ``docs/benchmarks/STEM.json`` (the convention for new benchmarks) with no code of its own.
+Every number comes from a stored file; a figure that is not stored raises :class:`bench.render.FigureError`,
+and a suite that was skipped is said to be so, with its reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.render import (
+    FigureError,
+    Store,
+    figure,
+    is_suite,
+    machine_groups,
+    need,
+    pct_range,
+    read_with,
+    span,
+    stored,
+    summary_of,
+    summary_value,
+)
+from bench.render import value_text as _value_text
+from bench.suite import num_text
+
+_NBSP = "\u00a0"  # joins the words of one figure while wrapping; a plain space in the output
+
+
+def keep(text: str) -> str:
+    """``text`` kept on one source line when the block is wrapped."""
+    return text.replace(" ", _NBSP)
+
+
+def value_text(fig: dict[str, Any]) -> str:
+    """A stored figure as ``median [min-max] unit``, never split across source lines."""
+    return keep(_value_text(fig))
+
+
+def slashed(values: Sequence[str]) -> str:
+    """``a / b / c``, never split across source lines."""
+    return keep(" / ".join(values))
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _where(fig: dict[str, Any]) -> str:
+    """The level a suite's figure is at: its label before the colon (``light c16``)."""
+    return fig["label"].split(":", 1)[0]
+
+
+def _matching(data: dict[str, Any], pattern: str, with_goal: bool = False) -> list[tuple[re.Match[str], dict]]:
+    """The suite's figures whose key matches ``pattern``, in stored order (none is an error)."""
+    rx = re.compile(pattern)
+    found = [(m, f) for k, f in data["figures"].items() if (m := rx.fullmatch(k)) and (f.get("goal") or not with_goal)]
+    if not found:
+        raise FigureError(f"docs/benchmarks/{data['suite']}.json has no figure matching {pattern!r}")
+    return found
+
+
+def _missed(fig: dict[str, Any]) -> str:
+    return " (missed)" if fig.get("met") is False else ""
+
+
+def _goals(figs: Sequence[dict[str, Any]]) -> str:
+    return ", ".join(dict.fromkeys(f["goal"] for f in figs if f.get("goal")))
+
+
+def _skipped(store: Store, suite: str, title: str, what: str) -> str | None:
+    """The bullet for a suite that was skipped in the stored run, else None."""
+    data = need(store, suite)
+    if not data.get("skipped"):
+        return None
+    return (f"- **{title}** ({what}): not measured in the stored results (the `{suite}` suite was skipped: "
+            f"{data['skipped']}).")
+
+
+# --- at a glance ---------------------------------------------------------------------------------------------
+def machine(store: Store) -> str:
+    """The machine the suites' stored results were measured on (each, when they differ), and the code's revision."""
+    groups = machine_groups([d for d in store.values() if is_suite(d)])
+    if not groups:
+        raise FigureError("docs/benchmarks/ holds no suite result")
+
+    def text(m: dict[str, Any]) -> str:
+        gpu = m.get("gpu")
+        return (f"{m.get('cores')} cores ({m.get('cpu_model') or 'unknown CPU'}), {num_text(m.get('memory_gib'))} GiB, "
+                f"{m.get('chromium') or 'Chromium'}, {gpu['name'] if gpu else 'no GPU'}; code "
+                f"{m.get('git_revision') or 'of an unknown revision'}")
+
+    if len(groups) == 1:
+        return f"- **Machine** (the suites' stored run): {text(groups[0][0])}."
+    return "- **Machines**: " + "; ".join(f"{text(m)} ({', '.join(names)})" for m, names in groups) + "."
+
+
+def ceiling(store: Store) -> str:
+    """Engine / bare loop at the levels with a goal (the ceiling suite)."""
+    what = "the engine with the instant policy against a bare loop of CDP click + JPEG screenshot, same pages"
+    if skipped := _skipped(store, "ceiling", "Engine / bare loop", what):
+        return skipped
+    figs = [f for _, f in _matching(need(store, "ceiling"), r"\w+\.c\d+\.ratio", with_goal=True)]
+    items = ", ".join(f"{_where(f)} {value_text(f)}{_missed(f)}" for f in figs)
+    return f"- **Engine / bare loop** (steps/s: {what}; goal {_goals(figs)}): {items}."
+
+
+def engine_cpu(store: Store) -> str:
+    """The engine's CPU per step: the instant policy's range (scaling) and the full protocol's (overhead)."""
+    what = "the engine process's CPU per step"
+    if skipped := _skipped(store, "scaling", "Engine CPU per step", what):
+        return skipped
+    found = _matching(need(store, "scaling"), r"(?P<profile>\w+)\.c(?P<n>\d+)\.engine_cpu_ms_per_step")
+    figs = [f for _, f in found]
+    medians = [f["median"] for f in figs]
+    profiles = list(dict.fromkeys(m["profile"] for m, _ in found))
+    levels = sorted(int(m["n"]) for m, _ in found)
+    missed = sum(f.get("met") is False for f in figs)
+    line = (f"- **Engine CPU per step** (goal {_goals(figs)}): {num_text(min(medians))}-{num_text(max(medians))} ms "
+            f"with the instant policy (the medians on the {_and(profiles)} pages, {levels[0]} to {levels[-1]} "
+            f"rollouts{f'; {missed} missed' if missed else ''})")
+    if need(store, "overhead").get("skipped"):
+        return line + "."
+    o = figure(need(store, "overhead"), "cpu_ms_per_step")
+    other_goal = "" if o.get("goal") in (None, _goals(figs)) else f", goal {o['goal']}"
+    return (f"{line}; {value_text(o)} with the simulated policy and Set-of-Marks at "
+            f"{need(store, 'overhead')['config']['concurrency']} rollouts{other_goal}{_missed(o)}.")
+
+
+def browser_memory(store: Store) -> str:
+    """Browser PSS per rollout at the levels with a goal (the scaling suite)."""
+    what = "the browsers' PSS over the concurrent rollouts"
+    if skipped := _skipped(store, "scaling", "Browser PSS per rollout", what):
+        return skipped
+    figs = [f for _, f in _matching(need(store, "scaling"), r"\w+\.c\d+\.pss_per_rollout_mib", with_goal=True)]
+    items = ", ".join(f"{_where(f)} {value_text(f)}{_missed(f)}" for f in figs)
+    return f"- **Browser PSS per rollout** (goal {_goals(figs)}): {items}."
+
+
+def async_sync(store: Store) -> str:
+    """Asynchronous against lock-step: the suite's ``summary`` rows, else its ratios per level."""
+    what = "the simulated model, Set-of-Marks, the bundled and heavy tasks"
+    if skipped := _skipped(store, "async", "Asynchronous / lock-step", what):
+        return skipped
+    data = need(store, "async")
+    if summary_of(data):  # the suite's own headline rows, when it writes them
+        return f"- **Asynchronous / lock-step** ({what}): {summary_items(data)}."
+    levels = sorted(int(m["n"]) for m, _ in _matching(data, r"c(?P<n>\d+)\.ratio_steps"))
+    steps = []
+    for n in levels:
+        f = figure(data, f"c{n}.ratio_steps")
+        goal = f" (goal {f['goal']}: {'met' if f.get('met') else 'missed'})" if f.get("goal") else ""
+        steps.append(f"{value_text(f)} at {n} rollouts{goal}")
+    episodes = [f"{num_text(figure(data, f'c{n}.ratio_episodes')['median'])}x" for n in levels]
+    line = (f"- **Asynchronous / lock-step** ({what}): steps/s {_and(steps)}; episodes/min "
+            f"{slashed(episodes)} at {slashed([str(n) for n in levels])}.")
+    busy = [figure(data, f"c{n}.async.machine_cpu_busy")["median"] for n in levels]
+    if min(busy) >= 95:  # the suite's own reading: above this, the browsers bound both modes
+        line += (f" The asynchronous runs kept the CPUs at least {num_text(min(busy))}% busy at every level: "
+                 f"Chromium's CPU on {data['machine']['cores']} cores, not the model, bounds both modes.")
+    return line
+
+
+def engine_alone(store: Store) -> str:
+    """The engine process alone on null workers: steps/s per policy and level (engine_scale.json)."""
+    rows = need(store, "engine_scale").get("rows") or []
+    if not rows:
+        raise FigureError("docs/benchmarks/engine_scale.json has no rows")
+    by_policy: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: r["concurrency"]):
+        by_policy.setdefault(r["policy"], []).append(r)
+    names = {"instant": "the instant policy", "protocol": "the full agent protocol"}
+    level_sets = {tuple(r["concurrency"] for r in rs) for rs in by_policy.values()}
+    parts = []
+    for policy, rs in by_policy.items():
+        part = f"{names.get(policy, policy)} {slashed([num_text(r['steps_per_s']) for r in rs])} steps/s"
+        if len(level_sets) > 1:
+            part += f" at {slashed([num_text(r['concurrency']) for r in rs])} rollouts"
+        parts.append(part)
+    levels = "" if len(level_sets) > 1 else f" at {slashed([num_text(n) for n in next(iter(level_sets))])} rollouts"
+    busy = [r["loop_busy"] for r in rows]
+    return (f"- **Engine alone** (`python -m bench.engine_scale`: the engine process on null browser workers that "
+            f"answer at once): {'; '.join(parts)}{levels}; its event loop {pct_range(busy)} busy.")
+
+
+def image_path(store: Store) -> str:
+    """The image path against Pillow (the codec suite)."""
+    what = "`engine/_imgcodec` against Pillow, medians"
+    if skipped := _skipped(store, "codec", "Image path", what):
+        return skipped
+    data = need(store, "codec")
+    cases = (("decode_resize", "decode + resize to the Qwen-VL grid"), ("decode", "decode"),
+             ("som_pipeline", "Set-of-Marks (decode + boxes + encode)"))
+    items = [f"{label} {num_text(figure(data, f'{case}.imgcodec_ms')['median'])} ms against "
+             f"{num_text(figure(data, f'{case}.pillow_ms')['median'])} ms "
+             f"({num_text(figure(data, f'{case}.speedup_vs_pillow')['median'])}x)" for case, label in cases]
+    return f"- **Image path** ({what}): {'; '.join(items)}."
+
+
+def model_batching(store: Store) -> str:
+    """The ``hf`` backend's batching on a GPU, or that no GPU run is stored (the policy suite)."""
+    what = "the `hf` backend's dynamic batching on a random-weight Qwen2.5-VL-architecture model"
+    data = need(store, "policy")
+    if data.get("skipped"):
+        return (f"- **Model batching** ({what}): not measured on a GPU in the stored results (the `policy` suite "
+                f"was skipped: {data['skipped']}).")
+    levels = sorted(int(m["n"]) for m, _ in _matching(data, r"c(?P<n>\d+)\.requests_per_s"))
+    top, gpu = levels[-1], (data.get("machine") or {}).get("gpu") or {}
+    return (f"- **Model batching** ({what}, {gpu.get('name', 'a GPU')}): "
+            f"{value_text(figure(data, f'c{top}.requests_per_s'))} at {top} concurrent requests, "
+            f"{num_text(figure(data, f'c{top}.speedup')['median'])}x one request's "
+            f"{num_text(figure(data, f'c{levels[0]}.requests_per_s')['median'])}.")
+
+
+def standalone_summaries(store: Store) -> list[str]:
+    """One bullet per standalone benchmark that writes ``summary`` rows (none for those not stored)."""
+    return [f"- **{data.get('title') or name}** ([docs/benchmarks/{name}.json](docs/benchmarks/{name}.json)): "
+            f"{summary_items(data)}." for name, data in sorted(store.items())
+            if not is_suite(data) and summary_of(data)]
+
+
+def at_a_glance(store: Store) -> list[str]:
+    """The README's "At a glance" figures: the suites', the engine alone, then every standalone benchmark with
+    ``summary`` rows."""
+    return [*(f(store) for f in (machine, ceiling, engine_cpu, browser_memory, async_sync, engine_alone, image_path,
+                                 model_batching)), *standalone_summaries(store)]
+
+
+# --- figures elsewhere in the README -------------------------------------------------------------------------
+def env_api(store: Store) -> list[str]:
+    """The env API against ``run``'s rollouts (``bench.envs``)."""
+    d = need(store, "envs")
+    return [f"What the env API costs against `run`'s own rollouts on the same pages (`python -m bench.envs`, "
+            f"{d['envs']} envs, {d['workers']} workers, stored in [docs/benchmarks/envs.json]"
+            f"(docs/benchmarks/envs.json)): env / run {num_text(d['ratio_env_over_run'])} in steps/s, "
+            f"{num_text(d['run_engine_cpu_ms_per_step'])} ms (run) and {num_text(d['env_engine_cpu_ms_per_step'])} ms "
+            "(env) of engine CPU per step ([docs/measured.md](docs/measured.md))."]
+
+
+def rl_loop(store: Store) -> list[str]:
+    """The RL loop, synchronous against asynchronous (``bench.rl_loop``)."""
+    d = need(store, "rl_loop")
+    below = d["ratio_async_sync"] < d["ratio_bound"]
+    return ["Synchronous vs asynchronous loop (`python -m bench.rl_loop`, stored in "
+            "[docs/benchmarks/rl_loop.json](docs/benchmarks/rl_loop.json)): "
+            f"{num_text(d['sync']['iterations_per_min'])} vs {num_text(d['async']['iterations_per_min'])} "
+            f"iterations/min, {num_text(d['ratio_async_sync'])}x, against a bound of {num_text(d['ratio_bound'])}x "
+            "for that mix of rollout and training time ([docs/training.md](docs/training.md#rl-with-a-served-model) "
+            f"{'says what holds it below' if below else 'has the method'})."]
+
+
+def request_rules(store: Store) -> list[str]:
+    """What refusing ads and trackers saves (``bench.request_rules``)."""
+    d = need(store, "request_rules")
+    s = d["summary"]
+    return ["Ads and trackers can be refused in the worker (`--block-requests hosts.txt`): "
+            f"{stored(s['chromium_cpu_saved_pct'])}% of Chromium's CPU saved on pages with {d['config']['ads']} "
+            f"third-party ad scripts each, {num_text(s['steps_per_s_ratio'])}x the steps/s "
+            "([docs/benchmarks/request_rules.json](docs/benchmarks/request_rules.json))."]
+
+
+def omnibox(store: Store) -> list[str]:
+    """The browser server on the original's workload (``bench.omnibox``)."""
+    d = need(store, "omnibox")
+    results = sorted(d["results"].items(), key=lambda kv: int(kv[0]))
+    clients = [c for c, _ in results]
+    r = [v for _, v in results]
+    x_lo, x_hi = min(v["x_original"][0] for v in r), max(v["x_original"][1] for v in r)
+    lo, hi = d["original_steps_per_s"]
+    speed_goal, _, memory_goal = (g.strip() for g in d["goal"].partition(";"))
+    ratios = [v["http_over_engine"] for v in r]
+    http = [w for w in d.get("windows", []) if w["side"] == "http"]
+    chromium = [w["cpu_ms_per_step"]["chromium"] for w in http]
+    shares = [w["cpu_ms_per_step"]["chromium"] / sum(w["cpu_ms_per_step"].values()) for w in http]
+    fractions = [f"{v['memory_fraction_of_original'] * 100:.1f}%" for v in r]
+    resets = [f"{num_text(v['latency_ms']['reset']['p50'] / 1000)} s" for v in r if "reset" in v.get("latency_ms", {})]
+
+    def per_clients(values: Sequence[str]) -> str:
+        return _and([f"{v} with {c} clients" if i == 0 else f"{v} with {c}"
+                     for i, (v, c) in enumerate(zip(values, clients, strict=True))])
+
+    lines = [f"Measured here (`python -m bench.omnibox`, {d['workers']} workers, stored in "
+             "[docs/benchmarks/omnibox.json](docs/benchmarks/omnibox.json)), on the original's own benchmark workload "
+             f"(lease, visit a {d['pages']} page, {d['steps_per_episode']} x click + screenshot, reset):",
+             f"- **Speed**: {per_clients([num_text(v['http_steps_per_s']) + ' steps/s' for v in r])}. That is "
+             f"{x_lo:g}-{x_hi:g}x the original server's {lo:g}-{hi:g} steps/s on this "
+             f"machine kind; the goal: {speed_goal}.",
+             f"- **The HTTP layer's cost**: {'none measurable. ' if min(ratios) >= 1 else ''}The engine's own loop "
+             f"does {_and([num_text(v['engine_steps_per_s']) for v in r])} steps/s on the same core (HTTP / engine "
+             f"{_and([num_text(x) for x in ratios])})."
+             + (f" Chromium's CPU sets the pace: {span(chromium, 'ms')} per step, "
+                f"{pct_range(shares)} of the stack's; each {d['steps_per_episode']}-step episode "
+                "has two page loads." if http else ""),
+             f"- **Memory**: everything that serves the leases takes "
+             f"{per_clients([num_text(v['pss_mib_per_lease']) + ' MiB per lease' for v in r])}. That is "
+             f"{_and(fractions)} of the original's "
+             f"memory per instance; the goal: {memory_goal}."]
+    if len(resets) == len(r):
+        lines.append(f"- **Reset**: `/reset` returns the context to the pool in {per_clients(resets)} (p50).")
+    return lines
+
+
+def _summary_item(row: dict[str, Any]) -> tuple[str, str]:
+    """A ``summary`` row as (what, ``value (goal ...: met)``)."""
+    goal = row.get("goal")
+    verdict = "" if row.get("met") is None else (": met" if row["met"] else ": missed")
+    return row["figure"], keep(summary_value(row)) + (" " + keep(f"(goal {goal}{verdict})") if goal else "")
+
+
+def summary_items(data: dict[str, Any]) -> str:
+    """A file's ``summary`` rows in one sentence: ``what value (goal ...); ...``."""
+    return "; ".join(f"{what} {value}" for what, value in map(_summary_item, summary_of(data) or []))
+
+
+def summary_block(store: Store, name: str) -> list[str]:
+    """``summary:NAME``: the ``summary`` rows of ``docs/benchmarks/NAME.json``, one bullet each."""
+    rows = summary_of(need(store, name))
+    if rows is None:
+        raise FigureError(f"docs/benchmarks/{name}.json has no `summary` list")
+    return [f"- **{what}**: {value}" for what, value in map(_summary_item, rows)]
+
+
+BLOCKS: dict[str, Callable[[Store], list[str]]] = {
+    "at-a-glance": at_a_glance,
+    "env-api": env_api,
+    "rl-loop": rl_loop,
+    "request-rules": request_rules,
+    "omnibox": omnibox,
+}
+
+
+def block_names() -> list[str]:
+    """The block names a page may use (besides ``summary:STEM``)."""
+    return sorted(BLOCKS)
+
+
+WIDTH = 115  # the README's source lines
+# A word that Markdown would read as block syntax at the start of a line (a quote, a list item, a heading, ...).
+_BLOCK_START = re.compile(r"(>.*|[-+*]|#{1,6}|=+|\|.*|\d{1,9}[.)])")
+
+
+def wrap(line: str, width: int = WIDTH) -> str:
+    """A paragraph or a list item as source lines of at most ``width`` characters (a longer word stays whole), never
+    starting a line with a word that Markdown would read as block syntax."""
+    indent = "  " if line.startswith("- ") else ""
+    units: list[str] = []
+    for word in line.split(" "):
+        if units and (not word or _BLOCK_START.fullmatch(word)):
+            units[-1] += " " + word  # keeps it off the start of a line
+        else:
+            units.append(word)
+    out, cur = [], ""
+    for unit in units:
+        if cur and len(cur) + 1 + len(unit) > width:
+            out.append(cur)
+            cur = indent + unit
+        else:
+            cur = f"{cur} {unit}" if cur else unit
+    return "\n".join([*out, cur]).replace(_NBSP, " ")
+
+
+def render_block(name: str, store: Store) -> str:
+    """The Markdown between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` (ends with a newline)."""
+    if name.startswith("summary:"):
+        lines = summary_block(store, name.partition(":")[2])
+    elif name in BLOCKS:
+        lines = read_with(BLOCKS[name], store, "")
+    else:
+        raise FigureError(f"no figure block named {name!r} (known: {', '.join(block_names())}, summary:STEM)")
+    return "\n".join(wrap(line) for line in lines) + "\n"

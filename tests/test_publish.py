@@ -1,0 +1,108 @@
+"""Publishing figures (``bench.publish``): the README's figure blocks and docs/benchmarks.md are what the stored
+results in docs/benchmarks/ render to, so a hand-typed figure or a result stored without publishing fails here.
+No benchmark runs and no browsers: rendering stored JSON only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.publish import load_store, main, publish, replace_blocks, stale_pages
+from bench.readme_figures import render_block, wrap
+from bench.render import FigureError, benchmarks_page
+from bench.suite import SuiteResult, write_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SOAK = {
+    "summary": [
+        {"figure": "episodes without an error", "value": 0.9985, "unit": "", "goal": ">= 0.999", "met": False},
+        {"figure": "engine RSS growth per hour", "value": 12.5, "unit": "MiB", "goal": None, "met": None},
+    ],
+    "plots": ["soak.png"],
+    "notes": ["one note"],
+}
+
+
+def docs_with(tmp_path: Path, **stored: dict) -> Path:
+    """A docs directory whose docs/benchmarks/ holds ``stored`` (stem -> JSON)."""
+    docs = tmp_path / "docs"
+    (docs / "benchmarks").mkdir(parents=True)
+    for name, data in stored.items():
+        (docs / "benchmarks" / f"{name}.json").write_text(json.dumps(data))
+    return docs
+
+
+def test_the_repository_pages_are_the_stored_results_rendered() -> None:
+    stale = stale_pages(ROOT / "docs", ROOT / "README.md")
+    assert not stale, f"{sorted(map(str, stale))} differ from docs/benchmarks/: run `python -m bench.publish`"
+
+
+def test_a_summary_json_renders_its_rows_notes_and_plots(tmp_path: Path) -> None:
+    docs = docs_with(tmp_path, soak=SOAK)
+    page = stale_pages(docs, None)[docs / "benchmarks.md"]
+    assert page == benchmarks_page({"soak": SOAK})
+    assert "## soak" in page and "[benchmarks/soak.json](benchmarks/soak.json)" in page
+    assert "| episodes without an error | 0.999 | >= 0.999 | **no** |" in page
+    assert "| engine RSS growth per hour | 12.5 MiB |  |  |" in page
+    assert "| soak | episodes without an error | 0.999 | >= 0.999 | **no** |" in page  # in the goals table
+    assert "- one note" in page and "![soak.png](benchmarks/soak.png)" in page
+    readme = "Soak:\n<!-- figures: summary:soak -->\n<!-- /figures -->\n"
+    assert replace_blocks(readme, {"soak": SOAK}) == (
+        "Soak:\n<!-- figures: summary:soak -->\n"
+        "- **episodes without an error**: 0.999 (goal >= 0.999: missed)\n"
+        "- **engine RSS growth per hour**: 12.5 MiB\n"
+        "<!-- /figures -->\n")
+    # Stored beside the others, it also gets a line in the README's "At a glance" without code of its own.
+    store = {**load_store(ROOT / "docs" / "benchmarks"), "soak": SOAK}
+    glance = " ".join(render_block("at-a-glance", store).split())  # as read, whatever the line breaks
+    assert ("- **soak** ([docs/benchmarks/soak.json](docs/benchmarks/soak.json)): episodes without an error 0.999 "
+            "(goal >= 0.999: missed); engine RSS growth per hour 12.5 MiB.") in glance
+
+
+def test_text_outside_the_markers_is_kept_and_a_hand_typed_figure_inside_fails_the_check(tmp_path: Path) -> None:
+    docs = docs_with(tmp_path, soak=SOAK)
+    readme = tmp_path / "README.md"
+    outside = "# Title\n\nThe engine does 9,999 steps/s (typed by hand).\n\n"
+    readme.write_text(outside + "<!-- figures: summary:soak -->\n- **episodes without an error**: 1.00\n"
+                      "<!-- /figures -->\n\nThe end: 42 MiB.\n")
+    args = ["--docs", str(docs), "--readme", str(readme)]
+    assert main([*args, "--check"]) == 1
+    assert main(args) == 0
+    text = readme.read_text()
+    assert text.startswith(outside) and text.endswith("<!-- /figures -->\n\nThe end: 42 MiB.\n")
+    assert "0.999 (goal >= 0.999: missed)" in text and ": 1.00\n" not in text
+    assert main([*args, "--check"]) == 0
+
+
+def test_broken_markers_and_unknown_blocks_are_errors() -> None:
+    for text in ("<!-- figures: summary:soak -->\nno end\n", "<!-- /figures -->\n",
+                 "<!-- figures: summary:soak -->\n<!-- figures: summary:soak -->\n<!-- /figures -->\n",
+                 "<!-- figures: no-such-block -->\n<!-- /figures -->\n",
+                 "<!-- figures: summary:absent -->\n<!-- /figures -->\n"):
+        with pytest.raises(FigureError):
+            replace_blocks(text, {"soak": SOAK})
+    assert replace_blocks("`<!-- figures: x -->` in a sentence\n", {}) == "`<!-- figures: x -->` in a sentence\n"
+
+
+def test_a_skipped_suite_keeps_the_stored_figures(tmp_path: Path) -> None:
+    docs = docs_with(tmp_path)
+    out = tmp_path / "results"
+    measured = SuiteResult("policy", "full", 1)
+    measured.add("c1.requests_per_s", "c1: requests/s", 0.5, "req/s")
+    write_suite(docs / "benchmarks", measured, {"gpu": {"name": "a GPU", "count": 1}})
+    skipped = SuiteResult("policy", "full", 1, skipped="no CUDA GPU")
+    write_suite(out, skipped, {"gpu": None})
+    page = publish(out, docs, [skipped]).read_text()
+    assert json.loads((docs / "benchmarks" / "policy.json").read_text())["figures"]
+    assert "| c1: requests/s | 0.500 req/s |" in page and "Skipped" not in page
+
+
+def test_wrapping_never_starts_a_line_with_block_syntax() -> None:
+    line = "- **figure**: " + " ".join(["word"] * 40) + " goal >= 5 x, - 1. # + * | done"
+    lines = wrap(line, width=30).splitlines()
+    assert " ".join(x.strip() for x in lines) == line
+    assert all(len(x) <= 30 or " " not in x.strip() for x in lines)
+    assert all(not x.strip().startswith((">", "- ", "1.", "#", "+", "*", "|")) for x in lines[1:])
