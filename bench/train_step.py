@@ -1,7 +1,7 @@
 """A timed training step of a full-size Qwen2.5-VL-3B-shaped model (random weights), with and without gradient
 checkpointing.
 
-    python -m bench.train_step [--batch 4] [--seq 2048] [--images 2] [--steps 5]
+    python -m bench.train_step [--batch 4] [--seq 2048] [--images 2] [--steps 5] [--vision-attention both]
 
 The architecture is built in code (no download, nothing written to disk) directly on the GPU in bfloat16: text
 model 2048 wide, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocabulary 151,936; vision tower 32 blocks, 1280
@@ -11,7 +11,10 @@ default: 792 LLM tokens each) and a ``--reply``-token target at the end. One ste
 (:func:`train.trainer.label_logprobs`: logits only at the label positions, log-softmax in float32), the FBC
 token-mean NLL, backward, gradient clipping and an AdamW step (bf16 parameters and optimiser state, so that a
 3.75B-parameter model fits one 80 GB GPU; the trainer itself keeps float32 master weights). Printed per setting:
-seconds per step, tokens/s, peak GPU memory; a setting that runs out of memory says so.
+seconds per step, tokens/s, peak GPU memory; a setting that runs out of memory says so. ``--vision-attention``
+picks the vision tower's attention (:mod:`policy.vision_attention`): ``varlen`` (the trainer's default: one call
+per block for all windows and images), ``default`` (transformers' loop, one call per window or image), or
+``both``, which times each on the same model and batch and prints the ratio.
 
 Without a CUDA GPU it prints a message and exits (status 0); ``--tiny --device cpu`` runs the same code on a
 tiny model of the same architecture, to check it.
@@ -131,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="a tiny model of the same architecture (a CPU check)")
     parser.add_argument("--checkpointing", choices=("both", "on", "off"), default="both")
+    parser.add_argument("--vision-attention", choices=("varlen", "default", "both"), default="varlen",
+                        help="the vision tower's attention: varlen (one call per block), default (transformers' "
+                             "loop over windows and images), or both, to compare them in one run")
     args = parser.parse_args(argv)
 
     import torch
@@ -142,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from transformers import Qwen2_5_VLForConditionalGeneration
 
+    from policy.vision_attention import set_vision_attention
     from train.model_io import set_checkpointing
     from train.samples import model_wants_mm_token_types
 
@@ -161,27 +168,37 @@ def main(argv: list[str] | None = None) -> int:
     per_image = (height // 28) * (width // 28)
     print(f"batch: {args.batch} x {args.seq} tokens, {args.images} screenshots of {width}x{height} "
           f"({per_image} tokens each) per sequence, {args.reply} target tokens per sequence")
-    settings = {"both": [False, True], "on": [True], "off": [False]}[args.checkpointing]
+    checkpointing_settings = {"both": [False, True], "on": [True], "off": [False]}[args.checkpointing]
+    vision_settings = ["default", "varlen"] if args.vision_attention == "both" else [args.vision_attention]
     tokens = args.batch * args.seq
-    results = {}
-    for checkpointing in settings:
-        set_checkpointing(model, checkpointing)
-        label = f"gradient checkpointing {'on ' if checkpointing else 'off'}"
-        try:
-            step_s, peak = time_steps(model, batch, device, args.steps, args.warmup)
-        except torch.OutOfMemoryError:
-            print(f"{label}: out of GPU memory")
-            results[checkpointing] = None
-        else:
-            results[checkpointing] = tokens / step_s
-            print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s, peak memory {peak:.1f} GiB")
-        model.zero_grad(set_to_none=True)
-        gc.collect()
-        if device.type == "cuda":
-            with contextlib.suppress(Exception):
-                torch.cuda.empty_cache()
-    if results.get(True) and results.get(False):
-        print(f"checkpointing costs {results[False] / results[True]:.2f}x in speed")
+    results: dict[tuple[str, bool], float | None] = {}
+    for vision in vision_settings:
+        used = set_vision_attention(model, vision)
+        for checkpointing in checkpointing_settings:
+            set_checkpointing(model, checkpointing)
+            label = f"vision attention {vision} ({used}), gradient checkpointing {'on ' if checkpointing else 'off'}"
+            try:
+                step_s, peak = time_steps(model, batch, device, args.steps, args.warmup)
+            except torch.OutOfMemoryError:
+                print(f"{label}: out of GPU memory")
+                results[vision, checkpointing] = None
+            else:
+                results[vision, checkpointing] = tokens / step_s
+                print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s, peak memory {peak:.1f} GiB")
+            model.zero_grad(set_to_none=True)
+            gc.collect()
+            if device.type == "cuda":
+                with contextlib.suppress(Exception):
+                    torch.cuda.empty_cache()
+    for vision in vision_settings:
+        with_ckpt, without = results.get((vision, True)), results.get((vision, False))
+        if with_ckpt and without:
+            print(f"vision attention {vision}: checkpointing costs {without / with_ckpt:.2f}x in speed")
+    for checkpointing in checkpointing_settings:
+        before, after = results.get(("default", checkpointing)), results.get(("varlen", checkpointing))
+        if before and after:
+            print(f"checkpointing {'on' if checkpointing else 'off'}: varlen vision attention is "
+                  f"{after / before:.2f}x the default's tokens/s")
     return 0
 
 

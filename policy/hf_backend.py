@@ -56,6 +56,7 @@ from policy.prompting import (
     vision_token_ids,
 )
 from policy.vision import ProcessedImage, VisionConfig, load_vision_config, stack_images
+from policy.vision_attention import VISION_ATTENTION_MODES, set_vision_attention
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,10 @@ class HFModel(LanguageModel):
     available). ``dtype``: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), ``"bfloat16"``, ``"float16"``,
     ``"float32"`` or a ``torch.dtype``. ``max_batch`` caps the requests per batch, ``batch_wait_ms`` how long
     the first request of a batch waits for company. ``attn_implementation`` goes to ``from_pretrained``
-    (``None``: transformers' default, SDPA). ``logprobs_of``: the distribution the replies' log-probs are taken
+    (``None``: transformers' default, SDPA) and sets the language model's attention. ``vision_attention``: the
+    vision tower's, ``"varlen"`` (one attention call per block for all images and windows,
+    :mod:`policy.vision_attention`; where the model supports it) or ``"default"`` (transformers' own loop over
+    images and windows). ``logprobs_of``: the distribution the replies' log-probs are taken
     under, ``"model"`` (the model's own) or ``"temperature"`` (after the request's temperature, SGLang's default;
     see :data:`engine.model_api.LOGPROBS_KINDS`).
     """
@@ -110,9 +114,14 @@ class HFModel(LanguageModel):
         *,
         attn_implementation: str | None = None,
         logprobs_of: str = "model",
+        vision_attention: str = "varlen",
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if vision_attention not in VISION_ATTENTION_MODES:
+            raise ValueError(f"vision_attention must be one of {', '.join(VISION_ATTENTION_MODES)}, "
+                             f"not {vision_attention!r}")
+        self.vision_attention = vision_attention
         if logprobs_of not in _RECORDABLE:
             raise ValueError(f"logprobs_of must be one of {', '.join(_RECORDABLE)}, not {logprobs_of!r}")
         self.logprobs_of = logprobs_of
@@ -219,6 +228,7 @@ class HFModel(LanguageModel):
         if model_cls is None:
             raise ValueError(f"no transformers class for model type {config.model_type!r}")
         model = model_cls.from_pretrained(self.model_dir, config=config, **kwargs).to(device).eval()
+        set_vision_attention(model, self.vision_attention)
 
         tokenizer = load_tokenizer(self.model_dir)
 

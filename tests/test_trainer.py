@@ -317,6 +317,36 @@ def test_gradient_accumulation_equals_one_larger_batch(tmp_path: Path, tiny_mode
         assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-4, atol=1e-6), k
 
 
+@pytest.mark.parametrize("algorithm", ["fbc", "grpo"])
+def test_packed_step_equals_padded_step(tmp_path: Path, tiny_model: Path, run_dir: Path, algorithm: str) -> None:
+    """Sequence packing (train/packing.py): one row without padding, the same loss and gradients."""
+    from train.plan import micro_batches
+    from train.trainer import Trainer, samples_from_runs
+
+    samples = samples_from_runs(config(tiny_model, tmp_path, algorithm=algorithm), [run_dir]).samples
+    assert len({len(s) for s in samples}) > 1  # padding in the padded batch
+    grads, losses = [], []
+    for packing in (False, True):
+        torch.manual_seed(0)
+        trainer = Trainer(config(tiny_model, tmp_path, algorithm=algorithm, packing=packing), samples)
+        if algorithm == "grpo":
+            trainer.compute_proximal()
+        stats = trainer.optimizer_step([list(range(len(samples)))])
+        assert stats["tokens"] == sum(len(s) for s in samples)
+        losses.append(stats["loss"])
+        grads.append({k: p.grad.clone() for k, p in trainer.model.named_parameters() if p.grad is not None})
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
+    for k in grads[0]:
+        assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-4, atol=1e-6), k
+    lengths = [len(s) for s in samples]
+    budget = max(lengths) + min(lengths)
+    micro = micro_batches(lengths, config(tiny_model, tmp_path, packing=True, max_tokens=budget), shuffle=True,
+                          seed=0)
+    assert sorted(i for mb in micro for i in mb) == list(range(len(samples)))
+    assert all(sum(lengths[i] for i in mb) <= budget for mb in micro) and max(map(len, micro)) > 1
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(tmp_path: Path, tiny_model: Path, run_dir: Path) -> None:
     from train.trainer import Trainer, samples_from_runs
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.prompts import AgentConfig
+from policy.vision_attention import VISION_ATTENTION_MODES
 
 ALGORITHMS = ("fbc", "grpo")
 SCHEDULES = ("cosine", "constant")
@@ -63,13 +64,17 @@ class TrainConfig:
     max_steps: int | None = None  # optimizer steps; overrides epochs when set
     batch_size: int = 1  # samples per micro-batch, per process
     grad_accum: int = 1  # micro-batches per optimizer step
-    max_tokens: int | None = None  # cap on padded tokens per micro-batch (batch_size * longest)
+    max_tokens: int | None = None  # cap on padded tokens per micro-batch (batch_size * longest); packed: tokens
+    # Sequence packing: each micro-batch as one row without padding, up to max_tokens tokens (train.packing)
+    packing: bool = False
     max_grad_norm: float = 1.0  # 0 turns clipping off (the norm is still logged)
     bf16: bool | str = "auto"  # "auto": bf16 autocast on CUDA devices that support it; True forces, False never
     gradient_checkpointing: bool = False
     device: str = "auto"  # auto (CUDA when available) | cpu | cuda | cuda:N; under torchrun: cuda:LOCAL_RANK or cpu
     cpu_threads: int | None = None  # torch.set_num_threads for CPU training (None: torch's default)
     attn_implementation: str | None = None  # passed to from_pretrained (None: transformers' default, SDPA)
+    # The vision tower's attention: varlen (one call per block for all images/windows) | default (transformers')
+    vision_attention: str = "varlen"
     seed: int = 0
     shuffle: bool = True
     bucket_window: int = 64  # length bucketing window (batches), see train.samples.bucket_batches
@@ -123,6 +128,8 @@ class TrainConfig:
         need(self.loss_weight in ("uniform", "recency"), "loss_weight", "must be uniform or recency")
         need(self.save_dtype in ("auto", "bfloat16", "float32"), "save_dtype", "must be auto, bfloat16 or float32")
         need(self.bf16 in ("auto", True, False), "bf16", 'must be "auto", true or false')
+        need(self.vision_attention in VISION_ATTENTION_MODES, "vision_attention",
+             f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
         need(math.isfinite(self.lr) and self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)")

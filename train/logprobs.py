@@ -19,7 +19,7 @@ from policy.prompting import vision_token_ids
 from train.samples import IGNORE_INDEX
 
 #: The batch keys a Qwen-VL forward takes.
-_INPUT_KEYS = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
+_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "pixel_values", "image_grid_thw", "mm_token_type_ids")
 
 
 def model_inputs(batch: dict[str, Any], device: Any) -> dict[str, Any]:
@@ -52,7 +52,8 @@ def label_logprobs(model: Any, batch: dict[str, Any], device: Any,
     """Log-probabilities of the label tokens under ``model``, flattened in row-major order of the labels.
 
     Returns ``(logp, targets, rows, logits)``: ``(N,)`` each with ``N`` the batch's label tokens (the float32
-    log-prob of each label, the label ids, the batch row of each) and the ``(N, vocab)`` float32 logits (as the
+    log-prob of each label, the label ids, the batch row of each: its sample, also in a packed batch,
+    :mod:`train.packing`) and the ``(N, vocab)`` float32 logits (as the
     model gave them: no temperature). Position ``t - 1`` predicts ``labels[:, t]`` (HF's shift); only those
     positions are projected onto the vocabulary (``logits_to_keep`` as a boolean mask).
 
@@ -65,7 +66,10 @@ def label_logprobs(model: Any, batch: dict[str, Any], device: Any,
     keep = torch.zeros_like(labels, dtype=torch.bool)
     keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX  # positions whose next token is a label
     targets = labels[:, 1:][keep[:, :-1]]
-    rows = torch.arange(labels.shape[0], device=device).unsqueeze(1).expand_as(labels)[keep]
+    if "sample_index" in batch:  # a packed batch (train.packing): the sample of each token
+        rows = batch["sample_index"].to(device)[keep]
+    else:
+        rows = torch.arange(labels.shape[0], device=device).unsqueeze(1).expand_as(labels)[keep]
     inputs = model_inputs(batch, device)
     try:
         logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits

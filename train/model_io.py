@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from policy.vision_attention import set_vision_attention
+
 #: Files of a model directory that the checkpoint takes from the source (save_pretrained writes the rest).
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5")
 _WRITTEN_BY_SAVE = ("config.json", "generation_config.json", "model.safetensors.index.json",
@@ -33,8 +35,13 @@ def model_class(config: Any) -> Any:
     return cls
 
 
-def load_model(model_dir: str | Path, dtype: Any = None, attn_implementation: str | None = None) -> Any:
-    """The model of ``model_dir`` in ``dtype`` (default float32: master weights for mixed precision)."""
+def load_model(model_dir: str | Path, dtype: Any = None, attn_implementation: str | None = None,
+               vision_attention: str = "varlen") -> Any:
+    """The model of ``model_dir`` in ``dtype`` (default float32: master weights for mixed precision).
+
+    ``attn_implementation`` goes to ``from_pretrained`` (the language model's attention); ``vision_attention``
+    sets the vision tower's (:func:`policy.vision_attention.set_vision_attention`: ``"varlen"``, one attention
+    call per block for all images and windows, or ``"default"``, transformers' loop over them)."""
     import torch
     import transformers
     from transformers import AutoConfig
@@ -45,7 +52,9 @@ def load_model(model_dir: str | Path, dtype: Any = None, attn_implementation: st
         kwargs["attn_implementation"] = attn_implementation
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     kwargs["dtype" if major_minor >= (4, 56) else "torch_dtype"] = dtype or torch.float32
-    return model_class(config).from_pretrained(model_dir, config=config, **kwargs)
+    model = model_class(config).from_pretrained(model_dir, config=config, **kwargs)
+    set_vision_attention(model, vision_attention)
+    return model
 
 
 def set_checkpointing(model: Any, on: bool) -> None:

@@ -40,7 +40,8 @@ def make_target(cfg: LoopConfig, api_key_env: str = "OPENAI_API_KEY") -> PolicyT
     if cfg.policy == "hf":
         from policy.hf_backend import HFModel
 
-        model = HFModel(cfg.train.model_dir, device=cfg.device, max_batch=cfg.max_batch)
+        model = HFModel(cfg.train.model_dir, device=cfg.device, max_batch=cfg.max_batch,
+                        vision_attention=cfg.train.vision_attention)
         return PolicyTarget(model, InProcessSync(model))
     from policy.openai_backend import OpenAIModel
     from policy.server_pool import ServerPool

@@ -1,9 +1,10 @@
 """The trainer: plain torch on a transformers Qwen-VL model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), FBC or GRPO.
 
 One process on the CPU or one GPU, or several GPUs under ``torchrun`` with FSDP2 (:mod:`train.distributed`).
-This module holds the training loop and what feeds it (samples from run directories, the steps' micro-batches);
+This module holds the training loop and what feeds it (samples from run directories);
 its pieces have their own modules: :mod:`train.logprobs` (the label log-probs every loss starts from),
-:mod:`train.model_io` (loading the model, writing checkpoints), :mod:`train.schedule` (the LR schedule),
+:mod:`train.model_io` (loading the model, writing checkpoints), :mod:`train.plan` (micro-batches and steps),
+:mod:`train.packing` (sequence packing), :mod:`train.schedule` (the LR schedule),
 :mod:`train.curves` (progress bar, TensorBoard, plots) and :mod:`train.behaviour` (which recorded log-probs GRPO
 can use). What one optimizer step does:
 
@@ -49,13 +50,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policy.vision_attention import set_vision_attention
 from train.behaviour import require_comparable
 from train.config import TrainConfig
 from train.curves import plot_curves, progress_bar, tensorboard_writer
 from train.distributed import setup_distributed, shard_model
 from train.logprobs import label_logprobs
 from train.model_io import load_model, set_checkpointing, write_checkpoint
-from train.samples import Collator, Processing, Sample, SampleSet, bucket_batches
+from train.packing import batch_tokens, prepare_batch
+from train.plan import micro_batches, plan_steps
+from train.samples import Collator, Processing, Sample, SampleSet
 from train.schedule import make_scheduler
 
 log = logging.getLogger(__name__)
@@ -133,22 +137,6 @@ def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | P
     return out
 
 
-def plan_steps(lengths: Sequence[int], cfg: TrainConfig, world: int, epoch: int) -> list[list[list[int]]]:
-    """One epoch's optimizer steps: each a list of ``world * grad_accum`` micro-batches (sample indices), rank
-    ``r`` taking micro-batches ``r, r + world, ...``. The last step is filled from the epoch's first
-    micro-batches when the ranks would otherwise disagree on the number of micro-batches (every rank must run
-    the same collectives); one process keeps a short last step as it is."""
-    micro = bucket_batches(lengths, cfg.batch_size, window=cfg.bucket_window, max_tokens=cfg.max_tokens,
-                           shuffle=cfg.shuffle, seed=cfg.seed + epoch)
-    per_step = world * cfg.grad_accum
-    steps = [micro[i:i + per_step] for i in range(0, len(micro), per_step)]
-    if world > 1 and steps and len(steps[-1]) < per_step:
-        need = per_step - len(steps[-1])
-        filler = [micro[i % len(micro)] for i in range(need)]
-        steps[-1] = steps[-1] + filler
-    return steps
-
-
 # ---------------------------------------------------------------------------------------------- trainer
 
 
@@ -171,7 +159,11 @@ class Trainer:
             torch.set_num_threads(cfg.cpu_threads)
         torch.manual_seed(cfg.seed)
         self.proc = processing or Processing.load(cfg.model_dir)
-        self.model = model if model is not None else load_model(cfg.model_dir, torch.float32, cfg.attn_implementation)
+        if model is None:
+            model = load_model(cfg.model_dir, torch.float32, cfg.attn_implementation, cfg.vision_attention)
+        else:
+            set_vision_attention(model, cfg.vision_attention)
+        self.model = model
         self.class_name = type(self.model).__name__
         self.bf16 = self._want_bf16()
         from train.samples import model_wants_mm_token_types
@@ -234,6 +226,10 @@ class Trainer:
             return torch.bfloat16 if self.bf16 else torch.float32
         return getattr(torch, self.cfg.save_dtype)
 
+    def _batch(self, idx: list[int]) -> dict[str, Any]:
+        """The forward's batch of samples ``idx``: collated (images decoded), packed when ``cfg.packing``."""
+        return prepare_batch(self.collate([self.samples[i] for i in idx]), self.model, self.cfg.packing)
+
     # ------------------------------------------------------------------ GRPO's proximal log-probs
 
     def compute_proximal(self) -> None:
@@ -243,8 +239,7 @@ class Trainer:
         import torch.distributed as dist
 
         world, rank = self.dist.world, self.dist.rank
-        batches = bucket_batches(self.lengths, self.cfg.batch_size, window=self.cfg.bucket_window,
-                                 max_tokens=self.cfg.max_tokens, shuffle=False)
+        batches = micro_batches(self.lengths, self.cfg, shuffle=False, seed=self.cfg.seed)
         mine = batches[rank::world]
         rounds = -(-len(batches) // world)
         mine = mine + [batches[0]] * (rounds - len(mine))  # equal forward counts on every rank (FSDP)
@@ -252,7 +247,7 @@ class Trainer:
         self.model.eval()
         with torch.no_grad():
             for idx in mine:
-                batch = self.collate([self.samples[i] for i in idx])
+                batch = self._batch(idx)
                 with self._autocast():
                     logp, _, rows, _ = label_logprobs(self.model, batch, self.device, self._temperature(batch))
                 logp, rows = logp.float().cpu(), rows.cpu()
@@ -284,11 +279,11 @@ class Trainer:
 
         from train.algorithms import decoupled_ppo_loss
 
-        batch = self.collate([self.samples[i] for i in idx])
+        batch = self._batch(idx)
         with self._autocast():
             logp, targets, rows, logits = label_logprobs(self.model, batch, self.device, self._temperature(batch))
         n = logp.shape[0]
-        stats: dict[str, float] = {"tokens": float(batch["attention_mask"].sum()), "target_tokens": float(n),
+        stats: dict[str, float] = {"tokens": float(batch_tokens(batch)), "target_tokens": float(n),
                                    "samples": float(len(idx))}
         rewards = batch["rewards"]
         stats["reward_sum"] = float(torch.nan_to_num(rewards, nan=0.0).sum())
