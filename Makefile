@@ -32,7 +32,7 @@ $(STAMP): $(SOURCES) $(PACKAGE_DIRS)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
 	# This pin installs a CPU build here; an unpinned torch pulls gigabytes of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf,trl]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf,trl,ray]'
 	@touch $@
 
 lint: setup

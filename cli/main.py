@@ -21,6 +21,7 @@ from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
+from cli.workers import workers_cmd
 from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.config import RunConfig
 from engine.core import EngineCore, new_run_dir
@@ -328,6 +329,7 @@ async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge 
 
 main.add_command(tasks_group)
 main.add_command(serve_cmd)
+main.add_command(workers_cmd)
 main.add_command(bench_cmd)
 main.add_command(monitor)
 main.add_command(view_cmd)
