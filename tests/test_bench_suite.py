@@ -80,13 +80,22 @@ def test_async(results: tuple[Path, str]) -> None:
     data = load(out, "async")
     figs = data["figures"]
     for mode in ("async", "sync"):
-        for what in ("steps_per_s", "episodes_per_min", "step_p50_ms", "step_p95_ms", "navigating_share"):
+        for what in ("steps_per_s", "episodes_per_min", "makespan_s", "machine_cpu_busy", "step_p50_ms",
+                     "predicted_makespan_s"):
             assert f"c2.{mode}.{what}" in figs, (mode, what)
         assert figs[f"c2.{mode}.steps_per_s"]["median"] > 0
-    assert "c2.ratio_steps" in figs and "c2.ratio_episodes" in figs
-    assert data["config"]["tasks"] > 100  # the bundled tasks plus heavy ones
+        # Both modes do exactly the work the seeded policy drew: every episode, the same steps.
+        assert figs[f"c2.{mode}.work_mismatches"]["median"] == 0, mode
+    assert figs["c2.ratio"]["median"] > 0 and figs["c2.predicted_ratio"]["median"] > 0
+    assert "c2.ratio_of_prediction" in figs and "c2.gap_pct" in figs
+    assert data["config"]["tasks"] > 100  # the bundled tasks
     run = data["runs"][0]
     assert run["async"]["mode"] == "async" and run["sync"]["mode"] == "sync"
+    assert run["async"]["episodes"] == run["sync"]["episodes"] == run["work"]["episodes"] == 4
+    assert run["async"]["steps"] == run["sync"]["steps"] == run["work"]["steps"]
+    rows = data["summary"]  # the headline rows the publisher renders
+    assert rows and all(set(r) == {"figure", "value", "unit", "goal", "met"} for r in rows)
+    assert any("predicted" in r["figure"] for r in rows)
 
 
 def test_scaling(results: tuple[Path, str]) -> None:

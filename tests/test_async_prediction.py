@@ -1,0 +1,84 @@
+"""The latency model's prediction for asynchronous vs lock-step batches (``bench.async_prediction``) and the
+simulated model's fixed work it prices. Pure computation: no browsers, no engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bench.async_prediction import EpisodeWork, StepWork, lockstep_makespan, planned_work, predict
+from engine.model_api import ChatRequest
+from policy.simulated import LatencyModel, SimulatedModel
+
+FLAT = LatencyModel(prefill_ms=100.0, image_ms=0.0, token_ms=10.0, knee=1e12)  # decoding never slows down
+
+
+def episode(eid: str, tokens: list[int], browser_s: float = 0.5) -> EpisodeWork:
+    return EpisodeWork(eid, tuple(StepWork(1, n, browser_s) for n in tokens), open_s=1.0, finish_s=0.0)
+
+
+def test_the_calibrated_preset_reproduces_its_two_decode_rates() -> None:
+    lm = LatencyModel.qwen_vl_7b_h100()
+    assert lm.token_s(1) * 1000 == pytest.approx(4.63)
+    assert lm.token_s(100) * 1000 == pytest.approx(7.57)
+    assert lm.prefill_s(5) == pytest.approx((lm.prefill_ms + 5 * lm.image_ms) / 1000)
+    assert LatencyModel() == LatencyModel(40.0, 15.0, 12.0, 64.0)  # the defaults others use are unchanged
+
+
+def test_a_lockstep_round_waits_for_its_slowest_reply_and_decodes_faster_as_replies_leave() -> None:
+    lm = LatencyModel(prefill_ms=100.0, image_ms=0.0, token_ms=10.0, knee=2.0)
+    work = [EpisodeWork("a", (StepWork(1, 10, 0.0),), 0.0, 0.0), EpisodeWork("b", (StepWork(1, 30, 0.0),), 0.0, 0.0)]
+    total, rounds = lockstep_makespan(work, 2, lm)
+    # Both decode 10 tokens at t(2) = 20 ms, then the longer one 20 more at t(1) = 15 ms.
+    assert total == pytest.approx(0.1 + 10 * 0.020 + 20 * 0.015)
+    assert rounds == 3
+
+
+def test_one_rollout_has_no_barrier_to_lose() -> None:
+    work = [episode("a", [50, 80]), episode("b", [120]), episode("c", [10, 10, 10])]
+    pred = predict(work, work, 1, FLAT)
+    assert pred.ratio == pytest.approx(1.0)
+
+
+def test_uneven_episodes_cost_the_lockstep_batch_its_longest_one() -> None:
+    # Four runners, a batch of one long episode and three short ones, then four short ones: the lock-step side
+    # waits for the long one before the second batch starts, the asynchronous side runs them meanwhile.
+    work = [episode("long", [100] * 8)] + [episode(f"s{i}", [100]) for i in range(7)]
+    pred = predict(work, work, 4, FLAT)
+    step = 0.1 + 1.0 + 0.5
+    assert pred.sync_s == pytest.approx((1 + 8 * step) + (1 + step))
+    assert pred.async_s == pytest.approx(1 + 8 * step)
+    assert pred.ratio > 1.1
+
+
+def test_fixed_work_does_not_depend_on_the_order_of_requests() -> None:
+    def replies(order: list[tuple[str, int]]) -> dict[str, tuple[str, int]]:
+        model = SimulatedModel(seed=3, latency=LatencyModel(speed=1e6), fixed_work=True)
+        out = {}
+        for eid, step in order:
+            gen = asyncio.run(model.generate(ChatRequest(f"{eid}/{step}", [], {})))
+            out[f"{eid}/{step}"] = (gen.text, gen.timings_ms["simulated_tokens"])
+        return out
+
+    ids = [(f"task-{i}#0", s) for i in range(3) for s in range(4)]
+    first, second = replies(ids), replies(list(reversed(ids)))
+    assert first == second
+    model = SimulatedModel(seed=3, fixed_work=True)
+    for eid, step in ids:
+        answers = '"action": "answer"' in first[f"{eid}/{step}"][0]
+        assert answers == (step + 1 >= model.answer_step(eid))
+        assert first[f"{eid}/{step}"][1] == model.output_tokens(f"{eid}/{step}", 512)
+
+
+def test_planned_work_follows_the_draws_and_the_step_caps() -> None:
+    model = SimulatedModel(seed=0, fixed_work=True)
+    plan = [(f"t{i}#0", 3) for i in range(20)]
+    work = planned_work(model, plan, window=4, max_tokens=512, browser_s=lambda e, s: 0.25,
+                        open_s=lambda e: 1.0, finish_s=lambda e: 0.0)
+    for (eid, cap), w in zip(plan, work, strict=True):
+        answer = model.answer_step(eid)
+        assert len(w.steps) == min(answer, cap)
+        assert [s.images for s in w.steps] == [min(s, 4) + 1 for s in range(len(w.steps))]
+        if answer <= cap:  # the answering step sends nothing to the browser
+            assert w.steps[-1].browser_s == 0.0
