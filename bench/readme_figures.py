@@ -102,14 +102,20 @@ def machine(store: Store) -> str:
     return "- **Machines**: " + "; ".join(f"{text(m)} ({', '.join(names)})" for m, names in groups) + "."
 
 
+def _goal_levels(store: Store, suite: str, label: str, what: str, pattern: str, shown: str) -> str:
+    """One bullet: ``suite``'s figures matching ``pattern`` that have a goal, each with its level and whether it
+    was met (``shown``: what the parenthesis says before the goal)."""
+    if skipped := _skipped(store, suite, label, what):
+        return skipped
+    figs = [f for _, f in _matching(need(store, suite), pattern, with_goal=True)]
+    items = ", ".join(f"{_where(f)} {value_text(f)}{_missed(f)}" for f in figs)
+    return f"- **{label}** ({shown}goal {_goals(figs)}): {items}."
+
+
 def ceiling(store: Store) -> str:
     """Engine / bare loop at the levels with a goal (the ceiling suite)."""
     what = "the engine with the instant policy against a bare loop of CDP click + JPEG screenshot, same pages"
-    if skipped := _skipped(store, "ceiling", "Engine / bare loop", what):
-        return skipped
-    figs = [f for _, f in _matching(need(store, "ceiling"), r"\w+\.c\d+\.ratio", with_goal=True)]
-    items = ", ".join(f"{_where(f)} {value_text(f)}{_missed(f)}" for f in figs)
-    return f"- **Engine / bare loop** (steps/s: {what}; goal {_goals(figs)}): {items}."
+    return _goal_levels(store, "ceiling", "Engine / bare loop", what, r"\w+\.c\d+\.ratio", f"steps/s: {what}; ")
 
 
 def engine_cpu(store: Store) -> str:
@@ -137,11 +143,7 @@ def engine_cpu(store: Store) -> str:
 def browser_memory(store: Store) -> str:
     """Browser PSS per rollout at the levels with a goal (the scaling suite)."""
     what = "the browsers' PSS over the concurrent rollouts"
-    if skipped := _skipped(store, "scaling", "Browser PSS per rollout", what):
-        return skipped
-    figs = [f for _, f in _matching(need(store, "scaling"), r"\w+\.c\d+\.pss_per_rollout_mib", with_goal=True)]
-    items = ", ".join(f"{_where(f)} {value_text(f)}{_missed(f)}" for f in figs)
-    return f"- **Browser PSS per rollout** (goal {_goals(figs)}): {items}."
+    return _goal_levels(store, "scaling", "Browser PSS per rollout", what, r"\w+\.c\d+\.pss_per_rollout_mib", "")
 
 
 def async_sync(store: Store) -> str:
