@@ -41,6 +41,7 @@ from browserpool.shm import SlotReader, unlink_segment
 from browserpool.upstream import env_names
 
 MAX_FAILED_STARTS = 3
+MAX_SILENT = 256  # workers dropped for silence whose connection is remembered (they may speak again)
 
 
 class PoolError(RuntimeError):
@@ -141,6 +142,8 @@ class WorkerHandle:
     last_seen: float = 0.0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     wire_id: str = ""  # the id the worker itself uses in its messages
+    hello: P.Hello | None = None  # what it said when it joined (a worker heard from again after silence rejoins)
+    contexts: int = 0  # live episodes the worker reports in its heartbeats
 
 
 class BrowserSession:
@@ -247,6 +250,9 @@ class BrowserPool:
         self._guard: CurveGuard | None = None
         self._spawn_keys: ClientKeys | None = None  # the pool's own workers' key pair (CURVE only)
         self.offences: dict[bytes, int] = {}  # bad messages per peer identity
+        # Hand-started workers dropped because their heartbeats stopped (a link down, a paused process), by
+        # connection, with the episodes they had: one heard from again on that connection rejoins (_rejoin).
+        self._silent: dict[bytes, tuple[WorkerHandle, set[str]]] = {}
         self.dropped_messages = 0
         self.fatal: BaseException | None = None  # set when the receive loop itself broke
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
@@ -334,7 +340,7 @@ class BrowserPool:
             return
         self._closing = True
         for h in self.workers.values():
-            if h.alive and h.identity:
+            if h.identity and self._by_identity.get(h.identity) is h:  # alive, or taken back and not yet leased to
                 with contextlib.suppress(zmq.ZMQError):
                     await self._sock.send_multipart([h.identity, P.encode(P.Shutdown())])
             elif h.proc is not None and h.proc.returncode is None:
@@ -536,7 +542,13 @@ class BrowserPool:
             now = time.monotonic()
             for h in list(self.workers.values()):
                 if h.alive and h.proc is None and now - h.last_seen > self.cfg.heartbeat_timeout_s:
-                    self._fail_worker(h, f"browser worker {h.worker_id} stopped sending heartbeats")
+                    reason = f"browser worker {h.worker_id} stopped sending heartbeats"
+                    self._emit("worker_silent", reason)
+                    if h.identity:
+                        self._silent[h.identity] = (h, set(h.episodes))
+                        while len(self._silent) > MAX_SILENT:
+                            self._silent.pop(next(iter(self._silent)))
+                    self._fail_worker(h, reason)
 
     def _fail_worker(self, h: WorkerHandle, reason: str) -> None:
         was_alive = h.alive
@@ -590,6 +602,11 @@ class BrowserPool:
             self.dropped_messages += 1  # a banned peer: not even decoded
             return None
         h = self._by_identity.get(identity)
+        if h is None and identity in self._silent:
+            # A worker dropped for its silence speaks again on the same connection: it was cut off, not gone.
+            h = self._rejoin(identity, _user_key(frames[-1]))
+            if h is None:
+                return None
         if len(frames) != 2:
             self.offence(h, f"{len(frames) - 1} frames instead of 1", identity, _user_key(frames[-1]))
             return None
@@ -611,6 +628,7 @@ class BrowserPool:
                 self.offence(h, "a heartbeat that names another worker", identity, _user_key(frames[1]))
                 return None
             h.last_seen = time.monotonic()
+            h.contexts = msg.contexts
             if h.proc is not None and msg.browser_pid and msg.browser_pid != h.browser_pid:
                 h.browser_pid = _descendant_pid(h.proc.pid, msg.browser_pid)  # a recycled browser
             if msg.draining != h.draining:
@@ -633,7 +651,7 @@ class BrowserPool:
             # A worker started by hand (or a clashing or forged id): registered anew, never as one of ours.
             wid = msg.worker_id if h is None else f"{msg.worker_id}-{next(self._worker_ids)}"
             h = self._new_handle(wid)
-        h.wire_id = msg.worker_id
+        h.wire_id, h.hello = msg.worker_id, msg
         h.identity, h.pid, h.public_key, h.last_seen = identity, msg.pid, key, time.monotonic()
         h.browser_pid = _descendant_pid(h.proc.pid, msg.browser_pid) if h.proc is not None else 0
         h.reader, h.shm_name, h.slot_count = self._map_ring(h, msg), msg.shm_name, msg.slot_count
@@ -643,6 +661,38 @@ class BrowserPool:
         h.alive = True
         h.ready.set()
         self._capacity_changed()
+
+    def _rejoin(self, identity: bytes, key: bytes | None) -> WorkerHandle | None:
+        """Take back a hand-started worker that was dropped for its silence and is heard from again on the same
+        connection (so authenticated as before), under a new id, as a new worker joining would be: its episodes
+        have ended (with a retry or an error record), and their pages still open on it are closed before it gets
+        new ones. Its messages in the meantime (late replies) are not offences. None: not taken back (the key
+        differs from the one it joined with)."""
+        old, orphans = self._silent.pop(identity)
+        if old.hello is None or key != old.public_key:
+            return None
+        h = self._new_handle(f"{old.wire_id}-{next(self._worker_ids)}")
+        h.wire_id, h.hello, h.identity, h.pid, h.public_key = old.wire_id, old.hello, identity, old.pid, key
+        h.reader, h.shm_name, h.slot_count = self._map_ring(h, old.hello), old.hello.shm_name, old.hello.slot_count
+        h.pending_release, old.pending_release = old.pending_release, []  # slots of its ring released since
+        h.last_seen = time.monotonic()
+        self._by_identity[identity] = h  # not alive (leased nothing) until the closes below are on their way
+        self._spawn_task(self._close_orphans(h, orphans))
+        self._emit("worker_rejoined", f"browser worker {old.worker_id} is heard from again after its silence: "
+                                      f"back as {h.worker_id}, {len(orphans)} pages of its ended episodes closed")
+        return h
+
+    async def _close_orphans(self, h: WorkerHandle, episodes: set[str]) -> None:
+        """Close the pages of episodes that ended while the worker was cut off, then let it take episodes: the
+        worker handles its requests in order of arrival, so a close always comes before any new open."""
+        with contextlib.suppress(zmq.ZMQError):
+            for episode_id in sorted(episodes):
+                close = P.Request(next(self._req_ids), "close", episode_id, {}, [])
+                await self._sock.send_multipart([h.identity, P.encode(close)])  # its answer is not waited for
+        if self._by_identity.get(h.identity or b"") is h and not self._closing:
+            h.alive = True
+            h.ready.set()
+            self._capacity_changed()
 
     def _net_settings(self) -> P.NetSettings:
         """The network policy every worker's pages follow: the pool's worker configuration's, with the bundled-site

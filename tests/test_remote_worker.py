@@ -4,8 +4,11 @@ default, without them only when both sides say --insecure; a worker whose key is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
+import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -20,7 +23,7 @@ import zmq.asyncio
 
 from browserpool.auth import ClientKeys, KeyFileError, ServerKeys
 from browserpool.config import WorkerConfig
-from browserpool.pool import BrowserPool, PoolConfig, PoolError
+from browserpool.pool import BrowserPool, PoolConfig, PoolError, WorkerLost
 from browserpool.protocol import BrowserAction
 from engine._imgcodec import jpeg_size
 from engine.telemetry import TelemetryPublisher
@@ -141,6 +144,53 @@ async def test_insecure_tcp_worker(site_server: str, shared_memory: bool) -> Non
     finally:
         await pool.close()
         # The pool's shutdown message ends the hand-started worker too.
+        assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+
+
+async def test_a_worker_cut_off_past_the_heartbeat_timeout_rejoins_when_heard_from_again(site_server: str) -> None:
+    """A worker whose heartbeats stop (a link down, a paused process) is dropped and its episodes fail over; when it
+    speaks again on the same connection it is taken back under a new id, not counted as a hostile peer (whose key
+    would be banned), and the pages of the episodes it had are closed on it."""
+    events: list[tuple[str, str]] = []
+    pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen="tcp://127.0.0.1:0", insecure=True,
+                                  shared_memory=False, start_timeout_s=60, heartbeat_timeout_s=2.0))
+    pool.on_event = lambda kind, msg: events.append((kind, msg))
+    starting = await started(pool)
+    proc = start_worker(pool.endpoint, "remote-1", "--insecure")
+    try:
+        await starting
+        [first] = pool.alive_workers()
+        session = await pool.lease("cut-off")
+        _, frame = await session.open(site_server + "/wiki/")
+        frame.release()
+        os.kill(proc.pid, signal.SIGSTOP)  # silent: no heartbeat, while its connection stays up
+        for _ in range(100):
+            if not first.alive:
+                break
+            await asyncio.sleep(0.1)
+        assert not first.alive
+        with pytest.raises(WorkerLost):
+            await session.act(BrowserAction("scroll", direction="down"))
+        await session.close()
+        os.kill(proc.pid, signal.SIGCONT)
+        for _ in range(150):
+            if pool.alive_workers() or pool.offences:
+                break
+            await asyncio.sleep(0.1)
+        assert not pool.offences, "the worker's messages were counted as a hostile peer's"
+        [back] = pool.alive_workers()
+        assert back is not first and back.wire_id == "remote-1" and back.worker_id != first.worker_id
+        assert [kind for kind, _ in events if kind.startswith("worker_")] == ["worker_silent", "worker_rejoined"]
+        await serve_one_episode(pool, site_server + "/wiki/", inline=True)
+        for _ in range(100):  # the page of the episode that failed over, left open on the worker, is closed too
+            if back.contexts == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert back.contexts == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
+        await pool.close()
         assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
 
 
