@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 
-def audit_records(run_dir: Path, started: list[str]) -> dict[str, Any]:
+def audit_records(run_dir: Path, started: list[str], cut: Collection[str] = ()) -> dict[str, Any]:
     """Check ``run_dir/episodes.jsonl`` against the ids of the episodes ``started``. A line that does not parse
-    counts as ``torn``; every other line is a record of the id it names."""
+    counts as ``torn``; every other line is a record of the id it names. ``cut``: episodes in flight when the run
+    was interrupted, which may end with one record or none (an interrupted episode writes none, so that a resumed
+    run runs it again)."""
     ids: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
     error_kinds: Counter[str] = Counter()
@@ -33,11 +36,12 @@ def audit_records(run_dir: Path, started: list[str]) -> dict[str, Any]:
                 retried[err["kind"]] += 1
     expected = Counter(started)
     duplicated = sorted(i for i, n in ids.items() if n > 1)
-    missing = sorted(set(expected) - set(ids))
+    missing = sorted(set(expected) - set(ids) - set(cut))
     unexpected = sorted(set(ids) - set(expected))
     return {"started": len(started), "started_unique": len(expected), "records": sum(ids.values()),
             "unique_records": len(ids), "missing": len(missing), "duplicated": len(duplicated),
-            "unexpected": len(unexpected), "torn_lines": torn, "statuses": dict(statuses),
+            "unexpected": len(unexpected), "cut_without_record": len(set(cut) - set(ids)),
+            "torn_lines": torn, "statuses": dict(statuses),
             "error_kinds": dict(error_kinds), "retries_by_kind": dict(retried),
             "examples": {"missing": missing[:20], "duplicated": duplicated[:20], "unexpected": unexpected[:20]},
             "exactly_one_each": not (missing or duplicated or unexpected or torn) and len(expected) == len(started)}

@@ -222,8 +222,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         cfg = RunConfig(tasks=str(tasks_file), concurrency=args.concurrency, workers=args.workers,
                         episodes=args.episodes, step_caps=args.step_caps, output_dir=str(Path(tmp) / "runs"))
         plan = plan_episodes(load_tasks(tasks_file, sites.base_url), args.episodes, set())
-        started = [episode_key(t.task_id, s) for t, s in plan]
+        planned = [episode_key(t.task_id, s) for t, s in plan]
         core = EngineCore(cfg, base_url=sites.base_url)
+        # An episode has entered the engine once it reports a status; an interrupted run is audited against those
+        # alone (the plan's unstarted tail is not missing), a complete one against the whole plan.
+        entered: dict[str, None] = {}
+        recorded: set[str] = set()
+        core.on_status(lambda st: entered.setdefault(st.episode_id, None))
+        core.on_record(lambda rollout, _rec: recorded.add(rollout.episode_id))
         sampler = Sampler(core, args.sample_s)
         core.on_record(progress_printer(core, args.episodes))
         # SIGTERM (or Ctrl-C) stops the run early; what was sampled until then is still written, marked interrupted.
@@ -245,7 +251,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         stats, run_dir = core.stats, core.run_dir
         assert run_dir is not None
         samples = sampler.samples
-        audit = audit_records(run_dir, started)
+        # Interrupted: the episodes the engine never ended (the runners go on until close cancels them) were cut.
+        cut = set(entered) - recorded if interrupted else set()
+        audit = audit_records(run_dir, list(entered) if interrupted else planned, cut=cut)
+        audit["planned"] = len(planned)
         logs = count_log(run_dir / "workers.log")
     figures = series_figures(samples, warmup, args.workers)
     return {"samples": samples, "figures": figures, "cpu_per_episode": cpu_per_episode(samples, warmup),
@@ -261,8 +270,9 @@ def summary_rows(res: dict[str, Any], args: argparse.Namespace) -> list[dict[str
             row("steps/s", stats["steps_per_s"], "steps/s"),
             row("episodes/s", audit["records"] / stats["elapsed_s"] if stats["elapsed_s"] else 0.0, "episodes/s"),
             *(row(f"CPU per episode: {CPU_LABELS[k]}", res["cpu_per_episode"][k] or 0.0, "ms") for k in CPU_KINDS),
-            row("records written", audit["records"], "records", f"= episodes started ({audit['started']:,})",
-                audit["records"] == audit["started"]),
+            row("records written", audit["records"], "records",
+                f"= episodes started ({audit['started']:,}) less those cut in flight ({audit['cut_without_record']})",
+                audit["records"] == audit["started"] - audit["cut_without_record"]),
             row("episodes without exactly one record", audit["missing"] + audit["duplicated"] + audit["unexpected"],
                 "episodes", "0", audit["exactly_one_each"]),
             row("error records", audit["statuses"].get("error", 0), "records", "0",
@@ -296,8 +306,10 @@ def notes(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
            f"workers: about {args.episodes // 50:,} over this run.",
            f"Outcomes: {audit['statuses']}; error kinds: {audit['error_kinds'] or 'none'}."]
     if res["interrupted"]:
-        out.insert(0, f"INTERRUPTED after {audit['records']:,} of {audit['started']:,} episodes: the figures cover "
-                      "only that part of the run.")
+        out.insert(0, f"INTERRUPTED after {audit['started']:,} of {audit['planned']:,} planned episodes had started "
+                      f"({audit['cut_without_record']:,} of them cut in flight, with no record so that a resumed run "
+                      "reruns them; every other one checked for exactly one record): the figures cover only that part "
+                      "of the run.")
     cpu = res["cpu_per_episode"]
     if cpu["browser"]:
         total, cores = sum(v or 0.0 for v in cpu.values()), os.cpu_count() or 1

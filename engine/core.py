@@ -34,6 +34,7 @@ from engine.config import RunConfig
 from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
 from engine.judge import RubricJudge
 from engine.judging import JudgeQueue
+from engine.plan_feed import PlanFeeder
 from engine.policy_api import Policy
 from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettings
 from engine.sites.server import SiteServer
@@ -251,16 +252,23 @@ class EngineCore:
                               on_status=self._status, judge=self.judge_queue,
                               pace=self._pace if self.pacer.rate else None)  # no rate: no per-step URL checks
 
-    def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None) -> Rollout:
+    def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None, *,
+                announce: bool = True) -> Rollout:
         """A new rollout of ``task`` (``sample``: the next unused index of the task when None), announced to
-        telemetry and counted in the stats."""
+        telemetry and counted in the stats (``announce=False``: :meth:`announce` did it for its whole plan)."""
+        sample = self._reserve_sample(task, sample)
+        if announce:
+            if self.telemetry is not None:
+                self.telemetry.add_episodes([(episode_key(task.task_id, sample), task.task_id)])
+            self.stats.total += 1
+        return Rollout(task, sample, ctx)
+
+    def _reserve_sample(self, task: Task, sample: int | None) -> int:
+        """``sample``, or the task's next unused sample number; either way counted as used."""
         if sample is None:
             sample = self._samples.get(task.task_id, 0)
         self._samples[task.task_id] = max(self._samples.get(task.task_id, 0), sample + 1)
-        if self.telemetry is not None:
-            self.telemetry.add_episodes([(episode_key(task.task_id, sample), task.task_id)])
-        self.stats.total += 1
-        return Rollout(task, sample, ctx)
+        return sample
 
     def submit(self, ctx: RolloutContext, episodes: Iterable[tuple[Task, int | None]]) -> list[Rollout]:
         """Queue episodes for the core's runners (``concurrency`` at a time; lock-step batches in sync mode)."""
@@ -286,6 +294,10 @@ class EngineCore:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
+        await self._settle()
+
+    async def _settle(self) -> None:
+        """After a set of episodes has its records: until the judge has given every verdict it owes."""
         if self.judge_queue is not None:
             await self.judge_queue.drain()
         self._finish_stats()
@@ -297,8 +309,24 @@ class EngineCore:
         """Run episodes with one policy to their records (started first; steps/s counted from then)."""
         await self.start_policy(policy)
         self.stats.restart_clock()
-        await self.wait(self.submit(self.context(policy), plan))
+        await self.run_all(self.context(policy), self.announce(plan))
         return self.stats
+
+    def announce(self, plan: Iterable[tuple[Task, int | None]]) -> list[tuple[Task, int]]:
+        """Count a plan's episodes in the stats and show them in telemetry as not started; returns the plan with
+        every sample number resolved, for :meth:`run_all`."""
+        resolved = [(task, self._reserve_sample(task, sample)) for task, sample in plan]
+        if self.telemetry is not None:
+            self.telemetry.add_episodes((episode_key(task.task_id, s), task.task_id) for task, s in resolved)
+        self.stats.total += len(resolved)
+        return resolved
+
+    async def run_all(self, ctx: RolloutContext, plan: list[tuple[Task, int]]) -> None:
+        """Run an announced plan to its records, as :meth:`submit` and :meth:`wait` would, but making each
+        rollout only when there is room for it in the queue and letting it go once it has its record (memory flat
+        over any number of episodes; see :mod:`engine.plan_feed`)."""
+        await PlanFeeder(self, ctx, plan).run()
+        await self._settle()
 
     async def run_episode(self, rollout: Rollout,
                           on_verdict: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:

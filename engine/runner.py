@@ -65,13 +65,11 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None, *, judge: Ru
         await core.start_policy(policy)
         core.stats.restart_clock()  # steps/s counts from the first episode, not from browser and model start
         ctx = core.context(policy)
-        rollouts = [core.rollout(ctx, t, s) for t, s in plan]
+        announced = core.announce(plan)
         if on_start:
             on_start(core, run_dir)
         rejudging = _rejudge_pending(core, run_dir, records)
-        for r in rollouts:
-            core.enqueue(r)
-        await core.wait(rollouts)
+        await core.run_all(ctx, announced)
         if rejudging is not None:
             await rejudging.drain()
     finally:

@@ -1,0 +1,86 @@
+"""Feeding a plan of episodes to the engine core's runners without holding it in memory as rollouts.
+
+A plan is a list of ``(task, sample)`` pairs, a few bytes each. Made into rollouts all at once, every finished
+one would keep its record, steps and last observation until the plan ends: a few KiB per episode, gigabytes
+over the million episodes of a training run. The feeder makes each rollout only when one of a fixed number of
+places frees up and lets it go once it has its record, so the core's memory stays flat over any plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.core import EngineCore
+    from engine.rollout import Rollout, RolloutContext
+    from engine.tasks import Task
+
+
+def places_for(concurrency: int) -> int:
+    """Rollouts queued or running at once: enough that the runners never wait for the feeder and that a
+    per-domain limit still finds episodes of other domains to run."""
+    return max(64, 4 * concurrency)
+
+
+class PlanFeeder:
+    """Runs ``plan`` through ``core`` (the plan already announced): rollouts made as places free up, stragglers
+    cut as :meth:`EngineCore.wait` cuts them."""
+
+    def __init__(self, core: EngineCore, ctx: RolloutContext, plan: Sequence[tuple[Task, int]]) -> None:
+        self.core, self.ctx, self.plan = core, ctx, plan
+        self._places = asyncio.Semaphore(places_for(core.cfg.concurrency))
+        self._live: set[Rollout] = set()
+        self._watchers: set[asyncio.Task[bool]] = set()
+        self._ended = 0
+        self._all_ended = asyncio.Event()
+        self._enough_ended = asyncio.Event()  # the straggler fraction of the plan has its records
+        fraction = core.cfg.straggler_fraction if core.cfg.mode == "async" else None
+        self._enough = None if fraction is None else fraction * len(plan)
+        self._cutting = False
+
+    async def run(self) -> None:
+        """Until every episode of the plan has its record (cancelled: the episodes not yet fed are never made)."""
+        if not self.plan:
+            return
+        cutter = asyncio.ensure_future(self._cut_stragglers()) if self._enough is not None else None
+        try:
+            for task, sample in self.plan:
+                await self._places.acquire()
+                rollout = self.core.rollout(self.ctx, task, sample, announce=False)
+                rollout.cut_requested = self._cutting  # past the straggler cut: ends with a straggler record
+                self._live.add(rollout)
+                watcher = asyncio.ensure_future(rollout.ended.wait())
+                watcher.add_done_callback(partial(self._on_ended, rollout))
+                self._watchers.add(watcher)
+                self.core.enqueue(rollout)
+            await self._all_ended.wait()
+        finally:
+            for task in (*self._watchers, *((cutter,) if cutter else ())):
+                task.cancel()
+            for task in (*self._watchers, *((cutter,) if cutter else ())):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _on_ended(self, rollout: Rollout, watcher: asyncio.Task[bool]) -> None:
+        self._watchers.discard(watcher)
+        if watcher.cancelled():
+            return
+        self._live.discard(rollout)
+        self._places.release()
+        self._ended += 1
+        if self._enough is not None and self._ended >= self._enough:
+            self._enough_ended.set()
+        if self._ended == len(self.plan):
+            self._all_ended.set()
+
+    async def _cut_stragglers(self) -> None:
+        """Once the set fraction of the plan has its records, wait the grace period, then stop the rest: those
+        running or queued now, and those fed from then on."""
+        await self._enough_ended.wait()
+        await asyncio.sleep(self.core.cfg.straggler_grace_s)
+        self._cutting = True
+        self.core.cut(list(self._live))
