@@ -223,10 +223,15 @@ def model_batching(store: Store) -> str:
 
 
 def standalone_summaries(store: Store) -> list[str]:
-    """One bullet per standalone benchmark that writes ``summary`` rows (none for those not stored)."""
-    return [f"- **{data.get('title') or name}** ([docs/benchmarks/{name}.json](docs/benchmarks/{name}.json)): "
-            f"{summary_items(data)}." for name, data in sorted(store.items())
-            if not is_suite(data) and summary_of(data)]
+    """One bullet per standalone benchmark whose ``summary`` rows include goals, with those rows alone (every row
+    is in docs/benchmarks.md; a file of computed figures with no goal has no bullet)."""
+    bullets = []
+    for name, data in sorted(store.items()):
+        headline = [r for r in summary_of(data) or [] if r.get("goal")] if not is_suite(data) else []
+        if headline:
+            bullets.append(f"- **{data.get('title') or name}** ([docs/benchmarks/{name}.json]"
+                           f"(docs/benchmarks/{name}.json)): {summary_items({'summary': headline})}.")
+    return bullets
 
 
 def at_a_glance(store: Store) -> list[str]:

@@ -208,10 +208,12 @@ class EngineCore:
         """Call ``hook`` with every status change of every rollout (a progress display, a test)."""
         self._status_hooks.append(hook)
 
-    def on_record(self, hook: RecordHook) -> None:
+    def on_record(self, hook: RecordHook) -> Callable[[], None]:
         """Call ``hook(rollout, record)`` when a rollout run by the core's runners ends, and again with the merged
-        record when a judged episode's verdict arrives (its status is then no longer ``judge_pending``)."""
+        record when a judged episode's verdict arrives (its status is then no longer ``judge_pending``). Returns
+        what removes the hook."""
         self._record_hooks.append(hook)
+        return lambda: self._record_hooks.remove(hook)
 
     def on_verdict(self, episode_id: str, hook: Callable[[dict[str, Any]], None] | None) -> None:
         """Call ``hook(merged record)`` once when this judged episode's verdict arrives (register it before the
@@ -402,12 +404,15 @@ class EngineCore:
     async def _run_queued(self, rollout: Rollout) -> None:
         if rollout.finished:
             return
-        if rollout.cut_requested:
-            await rollout.end_with_error("straggler", self._straggler_reason)
-        elif not await self._skipped_as_blocked(rollout) and await self._policy_started(rollout):
-            await self.run_episode(rollout, self._redelivery(rollout))
-            self._note_block(rollout)
-        self._deliver(rollout)
+        try:
+            if rollout.cut_requested:
+                await rollout.end_with_error("straggler", self._straggler_reason)
+            elif not await self._skipped_as_blocked(rollout) and await self._policy_started(rollout):
+                await self.run_episode(rollout, self._redelivery(rollout))
+                self._note_block(rollout)
+        finally:  # a runner cancelled just after the record was written still hands it on
+            if rollout.record is not None:
+                self._deliver(rollout)
 
     def _is_own(self, website: str) -> bool:
         """Whether ``website`` is on the engine's own sites or the user's local ones (no per-site limits, never

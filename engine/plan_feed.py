@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.core import EngineCore
@@ -30,11 +29,11 @@ class PlanFeeder:
     """Runs ``plan`` through ``core`` (the plan already announced): rollouts made as places free up, stragglers
     cut as :meth:`EngineCore.wait` cuts them."""
 
-    def __init__(self, core: EngineCore, ctx: RolloutContext, plan: Sequence[tuple[Task, int]]) -> None:
+    def __init__(self, core: EngineCore, ctx: RolloutContext, plan: Sequence[tuple[Task, int]],
+                 places: int | None = None) -> None:
         self.core, self.ctx, self.plan = core, ctx, plan
-        self._places = asyncio.Semaphore(places_for(core.cfg.concurrency))
+        self._places = asyncio.Semaphore(places or places_for(core.cfg.concurrency))
         self._live: set[Rollout] = set()
-        self._watchers: set[asyncio.Task[bool]] = set()
         self._ended = 0
         self._all_ended = asyncio.Event()
         self._enough_ended = asyncio.Event()  # the straggler fraction of the plan has its records
@@ -43,9 +42,11 @@ class PlanFeeder:
         self._cutting = False
 
     async def run(self) -> None:
-        """Until every episode of the plan has its record (cancelled: the episodes not yet fed are never made)."""
+        """Until every episode of the plan has its record and the record hooks have seen it (cancelled: the
+        episodes not yet fed are never made)."""
         if not self.plan:
             return
+        forget = self.core.on_record(self._on_record)
         cutter = asyncio.ensure_future(self._cut_stragglers()) if self._enough is not None else None
         try:
             for task, sample in self.plan:
@@ -53,21 +54,17 @@ class PlanFeeder:
                 rollout = self.core.rollout(self.ctx, task, sample, announce=False)
                 rollout.cut_requested = self._cutting  # past the straggler cut: ends with a straggler record
                 self._live.add(rollout)
-                watcher = asyncio.ensure_future(rollout.ended.wait())
-                watcher.add_done_callback(partial(self._on_ended, rollout))
-                self._watchers.add(watcher)
                 self.core.enqueue(rollout)
             await self._all_ended.wait()
         finally:
-            for task in (*self._watchers, *((cutter,) if cutter else ())):
-                task.cancel()
-            for task in (*self._watchers, *((cutter,) if cutter else ())):
+            forget()
+            if cutter is not None:
+                cutter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                    await cutter
 
-    def _on_ended(self, rollout: Rollout, watcher: asyncio.Task[bool]) -> None:
-        self._watchers.discard(watcher)
-        if watcher.cancelled():
+    def _on_record(self, rollout: Rollout, _record: dict[str, Any]) -> None:
+        if rollout not in self._live:  # another client's episode, or a judged record delivered again
             return
         self._live.discard(rollout)
         self._places.release()

@@ -4,10 +4,22 @@ simulated model's fixed work it prices. Pure computation: no browsers, no engine
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 
-from bench.async_prediction import EpisodeWork, StepWork, lockstep_makespan, planned_work, predict
+from bench.async_prediction import (
+    BROWSERS,
+    MIXES,
+    EpisodeWork,
+    StepWork,
+    lockstep_makespan,
+    main,
+    mix_ratio,
+    planned_work,
+    predict,
+)
 from engine.model_api import ChatRequest
 from policy.simulated import LatencyModel, SimulatedModel
 
@@ -82,3 +94,18 @@ def test_planned_work_follows_the_draws_and_the_step_caps() -> None:
         assert [s.images for s in w.steps] == [min(s, 4) + 1 for s in range(len(w.steps))]
         if answer <= cap:  # the answering step sends nothing to the browser
             assert w.steps[-1].browser_s == 0.0
+
+
+def test_slow_and_uneven_page_loads_widen_the_lockstep_loss_and_the_table_is_stored(tmp_path: Path) -> None:
+    lm = LatencyModel.qwen_vl_7b_h100()
+    local, live = BROWSERS["local sites"], BROWSERS["live web (assumed)"]
+    assert local.step_s("a/1") == local.action_s and local.open_s("a/open") == 1.0
+    loads = [live.step_s(f"e/{i}") for i in range(400)]
+    assert loads == [live.step_s(f"e/{i}") for i in range(400)]  # seeded per step: both modes see the same web
+    assert 0.35 < sum(s > live.action_s for s in loads) / len(loads) < 0.65  # about half the steps navigate
+    caps = MIXES["caps 10/20/30 (WebGym train)"]
+    assert mix_ratio(caps, 32, lm, live).ratio > mix_ratio(caps, 32, lm, local).ratio > 1.0
+    assert main(["--concurrency", "4", "--out", str(tmp_path)]) == 0
+    stored = json.loads((tmp_path / "async_prediction.json").read_text())
+    assert len(stored["summary"]) == len(stored["table"]) == len(BROWSERS) * len(MIXES)
+    assert all(r["ratio"] >= 1.0 for r in stored["table"]) and "not measured" in stored["notes"][0]

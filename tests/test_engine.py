@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +14,13 @@ import pytest
 from browserpool.config import WorkerConfig
 from engine._imgcodec import jpeg_size
 from engine.config import RunConfig
+from engine.core import EngineCore
+from engine.plan_feed import PlanFeeder
+from engine.rollout import EpisodeStatus, Rollout
 from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
+from engine.tasks import load_tasks
 from policy.registry import make_policy
 from tests.conftest import subset
 
@@ -63,6 +69,38 @@ async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str) -> No
     records = read_records(run_dir)
     assert len(records) == n and all(r["mode"] == "sync" for r in records)
     assert sum(r["status"] == "success" for r in records) == n
+
+
+async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_recorded(tmp_path: Path,
+                                                                                       sites: str) -> None:
+    # A long plan must not grow the engine: each rollout is made when a place frees up and let go with its record.
+    tasks = subset(tmp_path, per_site=1)
+    core = EngineCore(config(tmp_path, tasks, concurrency=2, step_caps=(1, 1, 1)), base_url=sites)
+    entered: set[str] = set()
+    most_alive = 0
+    gone: list[weakref.ref[Rollout]] = []
+
+    def on_status(st: EpisodeStatus) -> None:
+        nonlocal most_alive
+        entered.add(st.episode_id)
+        most_alive = max(most_alive, len(entered) - len(gone))
+
+    core.on_status(on_status)
+    core.on_record(lambda rollout, _record: gone.append(weakref.ref(rollout)))
+    await core.start()
+    try:
+        policy = make_policy("instant")
+        await core.start_policy(policy)
+        plan = core.announce([(t, s) for s in range(2) for t in load_tasks(tasks, sites)])
+        assert core.stats.total == len(plan) > 6  # the whole plan is counted before any rollout exists
+        await PlanFeeder(core, core.context(policy), plan, places=3).run()
+    finally:
+        await core.close()
+    records = read_records(core.run_dir)
+    assert sorted(r["episode_id"] for r in records) == sorted(f"{t.task_id}#{s}" for t, s in plan)
+    assert 1 <= most_alive <= 3
+    gc.collect()
+    assert len(gone) == len(plan) and not [ref for ref in gone if ref() is not None]
 
 
 async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, sites: str) -> None:
