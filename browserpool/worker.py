@@ -835,12 +835,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--insecure", action="store_true", help="tcp without CURVE authentication")
     ap.add_argument("--engine", help="PID:START of the engine that spawned this worker (the pool passes this): "
                                      "the worker dies with it")
-    ap.add_argument("--tmp-dir", help="a private temporary directory for the browser, removed at exit")
+    ap.add_argument("--tmp-dir", help="a private temporary directory for the browser, removed at exit (default for a "
+                                      "worker started by hand: a new one under the system's)")
     args = ap.parse_args(argv)
     engine = lifeline.parse_engine(args.engine) if args.engine else None
     if engine is not None and not lifeline.bind_to_parent(engine):
         print(f"worker: the engine (pid {engine.pid}) is gone; not starting", file=sys.stderr)
         return EXIT_ENGINE_GONE
+    if not args.tmp_dir and engine is None:
+        # Started by hand: a private temp dir all the same, so that what a killed Chromium leaves (its profile,
+        # its shared-memory files) goes with this worker; named for this instance, so that if the worker itself is
+        # killed, the next engine or worker on this host reaps it.
+        args.tmp_dir = tempfile.mkdtemp(prefix=Instance.current().tmp_prefix())
     if args.tmp_dir:
         _use_tmp_dir(args.tmp_dir)
     cfg = WorkerConfig.from_json(args.config) if args.config else WorkerConfig(endpoint=args.connect or "")

@@ -12,11 +12,13 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
+import psutil
 import pytest
 import zmq
 import zmq.asyncio
@@ -47,10 +49,12 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def start_worker(endpoint: str, worker_id: str, *extra: str) -> subprocess.Popen[bytes]:
+def start_worker(endpoint: str, worker_id: str, *extra: str, tmp: Path | None = None) -> subprocess.Popen[bytes]:
     # No network-policy flags: a worker started by hand takes the engine's policy (and its sites) from Welcome.
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp is not None else None
     return subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--connect", endpoint,
-                             "--worker-id", worker_id, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--worker-id", worker_id, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=env)
 
 
 async def started(pool: BrowserPool) -> asyncio.Future[None]:
@@ -145,6 +149,31 @@ async def test_insecure_tcp_worker(site_server: str, shared_memory: bool) -> Non
         await pool.close()
         # The pool's shutdown message ends the hand-started worker too.
         assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+
+
+async def test_a_hand_started_worker_whose_chromium_is_killed_leaves_nothing_in_the_hosts_temp_dir(
+        site_server: str) -> None:
+    # The worker's host: its system temp directory (short: Chromium's socket paths below it must fit sun_path).
+    host_tmp = Path(tempfile.mkdtemp(prefix="host-", dir="/tmp"))
+    pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen="tcp://127.0.0.1:0", insecure=True,
+                                  start_timeout_s=60))
+    starting = await started(pool)
+    proc = start_worker(pool.endpoint, "remote-1", "--insecure", tmp=host_tmp)
+    try:
+        await starting
+        await serve_one_episode(pool, site_server + "/wiki/", inline=False)
+        assert len(os.listdir(host_tmp)) == 1  # one private directory, the browser's files inside it
+        browsers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "chrom" in c.name().lower()]
+        assert browsers
+        for b in browsers:
+            b.kill()
+        assert proc.wait(timeout=30) != 0  # a worker whose browser died leaves (a cluster manager restarts it)
+        assert os.listdir(host_tmp) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        await pool.close()
+        shutil.rmtree(host_tmp, ignore_errors=True)
 
 
 async def test_a_worker_cut_off_past_the_heartbeat_timeout_rejoins_when_heard_from_again(site_server: str) -> None:
