@@ -17,6 +17,9 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -110,6 +113,27 @@ class NullWorker:
 
     async def _send(self, msg: P.Message) -> None:
         await self._sock.send(P.encode(msg), copy=False)
+
+
+@contextlib.contextmanager
+def null_workers(endpoint: str, count: int, slots: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` null workers in processes of their own, joining the engine that listens on ``endpoint``; at the
+    end each is given 5 s to leave with its engine, then terminated (it unlinks its ring as it goes)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.null_worker", "--endpoint", endpoint, "--id", f"n{i}",
+                               "--slots", str(slots)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for i in range(count)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(5)
+            if p.poll() is None:
+                p.terminate()  # a worker the engine never took
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(5)
+            if p.poll() is None:
+                p.kill()
 
 
 def main(argv: list[str] | None = None) -> None:

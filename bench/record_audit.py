@@ -3,6 +3,7 @@ episode ids that entered the run (missing, duplicated and unexpected ids; outcom
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Collection
@@ -45,3 +46,13 @@ def audit_records(run_dir: Path, started: list[str], cut: Collection[str] = ()) 
             "error_kinds": dict(error_kinds), "retries_by_kind": dict(retried),
             "examples": {"missing": missing[:20], "duplicated": duplicated[:20], "unexpected": unexpected[:20]},
             "exactly_one_each": not (missing or duplicated or unexpected or torn) and len(expected) == len(started)}
+
+
+def recorded_ids(run_dir: Path) -> set[str]:
+    """The episode ids ``run_dir/episodes.jsonl`` holds a record of (torn lines skipped)."""
+    ids = set()
+    with (run_dir / "episodes.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                ids.add(json.loads(line)["episode_id"])
+    return ids

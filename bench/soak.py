@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import proc_stats
-from bench.record_audit import audit_records
+from bench.null_worker import null_workers
+from bench.record_audit import audit_records, recorded_ids
 from bench.report import row, slope, write_result
 from engine.config import RunConfig
 from engine.core import EngineCore
+from engine.rollout import EpisodeStatus, State
 from engine.runner import plan_episodes
 from engine.sites.server import SiteServer
 from engine.store import episode_key
@@ -217,19 +219,34 @@ def progress_printer(core: EngineCore, total: int, every_s: float = 30.0) -> Any
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Run the soak; returns everything the result file holds."""
     warmup = args.warmup if args.warmup is not None else args.episodes // 10
-    with tempfile.TemporaryDirectory(prefix="soak-", dir=args.run_root) as tmp, SiteServer() as sites:
+    with (tempfile.TemporaryDirectory(prefix="soak-", dir=args.run_root) as tmp, SiteServer() as sites,
+          contextlib.ExitStack() as stack):
         tasks_file = soak_tasks(Path(tmp) / "tasks.jsonl", args.keep_task_caps)
+        # --null-workers: the engine alone, its workers benchmark stand-ins with no browser (bench/null_worker.py).
+        endpoint = f"ipc://{tmp}/engine.sock"
+        workers = {"listen": endpoint, "spawn_workers": False} if args.null_workers else {}
         cfg = RunConfig(tasks=str(tasks_file), concurrency=args.concurrency, workers=args.workers,
-                        episodes=args.episodes, step_caps=args.step_caps, output_dir=str(Path(tmp) / "runs"))
+                        episodes=args.episodes, step_caps=args.step_caps, output_dir=str(Path(tmp) / "runs"),
+                        **workers)  # type: ignore[arg-type]
+        if args.null_workers:
+            stack.enter_context(null_workers(endpoint, args.workers, slots=args.concurrency + 64))
         plan = plan_episodes(load_tasks(tasks_file, sites.base_url), args.episodes, set())
         planned = [episode_key(t.task_id, s) for t, s in plan]
         core = EngineCore(cfg, base_url=sites.base_url)
-        # An episode has entered the engine once it reports a status; an interrupted run is audited against those
-        # alone (the plan's unstarted tail is not missing), a complete one against the whole plan.
-        entered: dict[str, None] = {}
-        recorded: set[str] = set()
-        core.on_status(lambda st: entered.setdefault(st.episode_id, None))
-        core.on_record(lambda rollout, _rec: recorded.add(rollout.episode_id))
+        # An episode has entered the engine once it reports a status. An interrupted run is audited against those
+        # alone (the plan's unstarted tail is not missing), a complete one against the whole plan. Only the
+        # episodes in flight are kept, so that the harness adds nothing per episode to the engine's memory.
+        in_flight: set[str] = set()
+        entered = 0
+
+        def on_status(st: EpisodeStatus) -> None:
+            nonlocal entered
+            if st.state not in (State.FINISHED, State.FAILED) and st.episode_id not in in_flight:
+                in_flight.add(st.episode_id)
+                entered += 1
+
+        core.on_status(on_status)
+        core.on_record(lambda rollout, _rec: in_flight.discard(rollout.episode_id))
         sampler = Sampler(core, args.sample_s)
         core.on_record(progress_printer(core, args.episodes))
         # SIGTERM (or Ctrl-C) stops the run early; what was sampled until then is still written, marked interrupted.
@@ -251,9 +268,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         stats, run_dir = core.stats, core.run_dir
         assert run_dir is not None
         samples = sampler.samples
-        # Interrupted: the episodes the engine never ended (the runners go on until close cancels them) were cut.
-        cut = set(entered) - recorded if interrupted else set()
-        audit = audit_records(run_dir, list(entered) if interrupted else planned, cut=cut)
+        if interrupted:  # the episodes the engine never ended (its runners go on until close cancels them) were cut
+            started = sorted(recorded_ids(run_dir) | in_flight)
+            audit = audit_records(run_dir, started, cut=in_flight)
+            audit["exactly_one_each"] = audit["exactly_one_each"] and len(started) == entered
+        else:
+            audit = audit_records(run_dir, planned)
+        audit["entered"] = entered
         audit["planned"] = len(planned)
         logs = count_log(run_dir / "workers.log")
     figures = series_figures(samples, warmup, args.workers)
@@ -269,7 +290,8 @@ def summary_rows(res: dict[str, Any], args: argparse.Namespace) -> list[dict[str
             row("duration (from the first episode)", stats["elapsed_s"] / 60, "min"),
             row("steps/s", stats["steps_per_s"], "steps/s"),
             row("episodes/s", audit["records"] / stats["elapsed_s"] if stats["elapsed_s"] else 0.0, "episodes/s"),
-            *(row(f"CPU per episode: {CPU_LABELS[k]}", res["cpu_per_episode"][k] or 0.0, "ms") for k in CPU_KINDS),
+            *(row(f"CPU per episode: {CPU_LABELS[k]}", res["cpu_per_episode"][k] or 0.0, "ms") for k in CPU_KINDS
+              if k == "engine" or not args.null_workers),
             row("records written", audit["records"], "records",
                 f"= episodes started ({audit['started']:,}) less those cut in flight ({audit['cut_without_record']})",
                 audit["records"] == audit["started"] - audit["cut_without_record"]),
@@ -278,7 +300,7 @@ def summary_rows(res: dict[str, Any], args: argparse.Namespace) -> list[dict[str
             row("error records", audit["statuses"].get("error", 0), "records", "0",
                 audit["statuses"].get("error", 0) == 0),
             row("worker restarts", stats["worker_restarts"], "restarts", "0", stats["worker_restarts"] == 0)]
-    for kind in proc_stats.KINDS:
+    for kind in ("engine", "sites") if args.null_workers else proc_stats.KINDS:  # null workers: nothing to sample
         f = figs[kind]
         goal = SLOPE_GOALS[kind] * f["per_process"]
         per = f" ({f['per_process']} workers)" if kind in PER_WORKER else ""
@@ -305,6 +327,10 @@ def notes(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
            "Contexts recycled at the reuse cap (WorkerConfig.context_reuse, 50 episodes) are not logged by the "
            f"workers: about {args.episodes // 50:,} over this run.",
            f"Outcomes: {audit['statuses']}; error kinds: {audit['error_kinds'] or 'none'}."]
+    if args.null_workers:
+        out.insert(0, "The engine alone: its workers were null workers (bench/null_worker.py, benchmark stand-ins that "
+                      "answer every request at once with a pre-encoded screenshot, no browser), so only the engine "
+                      "process and the site server are sampled.")
     if res["interrupted"]:
         out.insert(0, f"INTERRUPTED after {audit['started']:,} of {audit['planned']:,} planned episodes had started "
                       f"({audit['cut_without_record']:,} of them cut in flight, with no record so that a resumed run "
@@ -331,16 +357,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-s", type=float, default=5.0, help="seconds between memory samples")
     ap.add_argument("--warmup", type=int, default=None, help="episodes before the slopes are fitted (default: 10%%)")
     ap.add_argument("--run-root", default=None, help="where the run directory goes (removed at the end)")
-    ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="directory of soak.json and soak.png")
+    ap.add_argument("--null-workers", action="store_true",
+                    help="the engine alone: null workers (benchmark stand-ins, no browser) instead of Chromium")
+    ap.add_argument("--name", default="soak", help="the result's file names (NAME.json, NAME.png)")
+    ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="directory of NAME.json and NAME.png")
     args = ap.parse_args(argv)
     import uvloop
 
     res = uvloop.run(soak(args))
     args.out.mkdir(parents=True, exist_ok=True)
-    png = plot(args.out / "soak.png", res["samples"], res["warmup"], res["figures"])
+    png = plot(args.out / f"{args.name}.png", res["samples"], res["warmup"], res["figures"])
     rows = summary_rows(res, args)
     config = {k: v for k, v in vars(args).items() if k != "out"}
-    write_result(args.out / "soak.json", "soak", config, rows, [png.name], notes(res, args),
+    write_result(args.out / f"{args.name}.json", "soak", config, rows, [png.name], notes(res, args),
                  figures=res["figures"], audit=res["audit"], worker_log=res["logs"], stats=res["stats"],
                  browser_pid_changes=res["browser_pid_changes"], interrupted=res["interrupted"],
                  samples=res["samples"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,9 @@ class RunStats:
     finished_at: float | None = None
     outcomes: Counter[str] = field(default_factory=Counter)  # success | failure | error | judge_pending
     steps: int = 0
-    step_latencies_ms: list[float] = field(default_factory=list)
+    # Every step's latency, 8 bytes each (a list of floats would take 32): the run's percentiles, and the
+    # benchmarks' windows (slices).
+    step_latencies_ms: array[float] = field(default_factory=lambda: array("d"))
     states: Counter[str] = field(default_factory=Counter)  # live count per rollout state letter
     peak_browser_pss: int = 0
     worker_restarts: int = 0
