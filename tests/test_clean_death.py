@@ -78,8 +78,11 @@ def start_engine(tmp_path: Path, tasks: Path) -> Iterator[Callable[..., Engine]]
         env = {**os.environ, MARK: marker, "OPENAI_API_KEY": SECRET, "HF_TOKEN": SECRET}
         log = tmp_path / f"engine-{len(started)}.log"
         # ignore: the engine starts with that signal ignored, as under nohup (SIGHUP) or as a script's background
-        # job (SIGINT).
-        pre = (lambda: signal.signal(ignore, signal.SIG_IGN)) if ignore is not None else None
+        # job (SIGINT). Otherwise both are reset to their defaults: a test suite itself started under nohup or in
+        # the background would pass its ignored signals on, and the engine keeps ignoring what it inherits.
+        def pre() -> None:
+            for sig in (signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN if sig == ignore else signal.SIG_DFL)
         with open(log, "wb") as err:
             proc = subprocess.Popen(engine_cmd(tasks, tmp_path / "runs", *extra), cwd=ROOT, env=env,
                                     stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
