@@ -26,10 +26,16 @@ prefill either: a lock-step burst of ``m`` prompts costs one prefill, not ``m``,
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import math
+import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from bench.report import row, write_result
 from policy.simulated import LatencyModel, SimulatedModel
 
 
@@ -176,9 +182,6 @@ class BrowserProfile:
     load_sigma: float = 0.0
 
     def step_s(self, key: str) -> float:
-        import math
-        import random
-
         rng = random.Random(key)
         if rng.random() >= self.navigating:
             return self.action_s
@@ -202,8 +205,6 @@ def mix_ratio(caps: Sequence[int], concurrency: int, lm: LatencyModel, browser: 
               episodes_per_slot: int = 4, seed: int = 0) -> Prediction:
     """The prediction for ``episodes_per_slot * concurrency`` episodes whose step caps are drawn from ``caps``,
     with the same browser times in both modes (no CPU contention)."""
-    import random
-
     model = SimulatedModel(seed=seed, latency=lm, fixed_work=True)
     rng = random.Random(seed)
     plan = [(f"task{i}#0", rng.choice(caps)) for i in range(episodes_per_slot * concurrency)]
@@ -215,17 +216,13 @@ def mix_ratio(caps: Sequence[int], concurrency: int, lm: LatencyModel, browser: 
 def main(argv: list[str] | None = None) -> int:
     """Print (and store) the ratio the calibrated latency model predicts over task mixes, browser times and
     concurrencies."""
-    import argparse
-    from pathlib import Path
-
-    from bench.report import row, write_result
 
     ap = argparse.ArgumentParser(description="The asynchronous speed-up the latency model predicts (no run).")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 128])
     ap.add_argument("--sigma", type=float, default=0.6, help="shape of the reply-length log-normal (the stand-in's)")
     ap.add_argument("--out", type=Path, default=None, help="write async_prediction.json here")
     args = ap.parse_args(argv)
-    lm = LatencyModel(**{**LatencyModel.qwen_vl_7b_h100().__dict__, "sigma": args.sigma})
+    lm = dataclasses.replace(LatencyModel.qwen_vl_7b_h100(), sigma=args.sigma)
     rows, table = [], []
     for browser_name, browser in BROWSERS.items():
         for mix_name, caps in MIXES.items():

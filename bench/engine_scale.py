@@ -38,7 +38,7 @@ import psutil
 import uvloop
 
 from bench.ceiling import CLICK
-from bench.null_worker import PAGE_URL
+from bench.null_worker import PAGE_URL, null_workers
 from browserpool.pool import BrowserPool
 from engine.agent.prompts import AgentConfig
 from engine.config import RunConfig
@@ -87,14 +87,11 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
     slots = -(-n // workers) + 64
     # Enough episodes that none runs out in the window (each one ends after steps_per_episode steps).
     samples = max(3, -(-int(2 * seconds * 2500) // (steps_per_episode * n)))
-    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=run_root) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=run_root) as tmp, contextlib.ExitStack() as stack:
         endpoint = f"ipc://{tmp}/engine.sock"
         cfg = RunConfig(concurrency=n, workers=workers, telemetry=None, listen=endpoint, spawn_workers=False,
                         policy_concurrency=max(128, n), output_dir=tmp)
-        procs = [subprocess.Popen([sys.executable, "-m", "bench.null_worker", "--endpoint", endpoint,
-                                   "--id", f"n{i}", "--slots", str(slots)], stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for i in range(workers)]
+        procs = stack.enter_context(null_workers(endpoint, workers, slots))
         store = RunStore(os.path.join(tmp, "run"))
         # A null worker's page load is instant: the cap on loads in flight per worker (there for Chromium) would
         # only stretch the start-up of thousands of rollouts, which is not what this measures.
@@ -143,15 +140,6 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
         finally:
             await pool.close()
             store.close()
-            for p in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(5)
-                if p.poll() is None:
-                    p.terminate()  # a worker the engine never took: it unlinks its ring as it goes
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.wait(5)
-                if p.poll() is None:
-                    p.kill()
     steps, window = s1 - s0, t1 - t0
     return {"policy": policy_kind, "concurrency": n, "workers": workers, "window_s": round(window, 2),
             "steps": steps, "steps_per_s": round(steps / window, 1),

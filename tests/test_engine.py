@@ -75,7 +75,8 @@ async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_reco
                                                                                        sites: str) -> None:
     # A long plan must not grow the engine: each rollout is made when a place frees up and let go with its record.
     tasks = subset(tmp_path, per_site=1)
-    core = EngineCore(config(tmp_path, tasks, concurrency=2, step_caps=(1, 1, 1)), base_url=sites)
+    # More runners than places: only the feeder can keep the episodes in flight down to 3.
+    core = EngineCore(config(tmp_path, tasks, concurrency=8, step_caps=(1, 1, 1)), base_url=sites)
     entered: set[str] = set()
     most_alive = 0
     gone: list[weakref.ref[Rollout]] = []
@@ -98,7 +99,7 @@ async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_reco
         await core.close()
     records = read_records(core.run_dir)
     assert sorted(r["episode_id"] for r in records) == sorted(f"{t.task_id}#{s}" for t, s in plan)
-    assert 1 <= most_alive <= 3
+    assert 1 < most_alive <= 3
     gc.collect()
     assert len(gone) == len(plan) and not [ref for ref in gone if ref() is not None]
 
