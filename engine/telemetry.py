@@ -32,7 +32,7 @@ import logging
 import os
 import tempfile
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +41,7 @@ import msgpack
 import zmq
 
 from browserpool.auth import CurveGuard, KeyFileError, ServerKeys
-from engine.rollout import EpisodeStatus
+from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
 
 if TYPE_CHECKING:
@@ -55,6 +55,12 @@ DETAIL_FIELDS = ("task", "url", "title", "action", "thought", "screenshot", "ste
 DETAIL_NAMES = {"step_timings_ms": "timings"}  # wire names that differ from EpisodeStatus's
 MAX_TEXT = 800  # long thoughts are cut: the monitor shows a few lines
 _IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
+# Finished episodes whose details stay at hand for a monitor that attaches later; older ones keep their cell only,
+# so that the publisher holds ~100 bytes per finished episode over a run of any length, not its whole status.
+KEEP_FINISHED = 256
+_ENDED = (State.FINISHED, State.FAILED)
+Cell = tuple[str, str, int, float | None]
+_NOT_STARTED: Cell = (State.NOT_STARTED.value, Op.NONE.value, 0, None)
 
 
 def ipc_endpoint(run_dir: str | Path) -> str:
@@ -102,8 +108,10 @@ class TelemetryPublisher:
         self.policy_slots: asyncio.Semaphore | None = None
         self.policy_cap = 0
         self.judge_pending: Callable[[], int] | None = None
-        self.statuses: dict[str, EpisodeStatus] = {}
-        self.tasks: dict[str, str] = {}
+        self.tasks: dict[str, str] = {}  # every announced episode, in the order announced
+        self.statuses: dict[str, EpisodeStatus] = {}  # the started ones and the last KEEP_FINISHED finished ones
+        self._settled: dict[str, Cell] = {}  # the cells of episodes finished before those
+        self._finished: OrderedDict[str, None] = OrderedDict()  # finished episodes in ``statuses``, oldest first
         self.worker_pss: dict[str, int] = {}
         self._dirty: dict[str, None] = {}  # an ordered set: messages come out the same every run
         self._unannounced: dict[str, None] = {}
@@ -175,8 +183,7 @@ class TelemetryPublisher:
     def add_episodes(self, episodes: Iterable[tuple[str, str]]) -> None:
         """Announce planned episodes ``(episode_id, task_id)``: they show as not started until they move."""
         for eid, task_id in episodes:
-            if eid not in self.statuses:
-                self.statuses[eid] = EpisodeStatus(eid, task_id)
+            if eid not in self.tasks:
                 self.tasks[eid] = task_id
                 self._unannounced[eid] = None
                 self._dirty[eid] = None
@@ -186,13 +193,34 @@ class TelemetryPublisher:
         eid = status.episode_id
         if self.statuses.get(eid) is not status:
             self.statuses[eid] = status
+            self._settled.pop(eid, None)  # a late change (a judge's verdict) brings a settled episode back
             if eid not in self.tasks:
                 self.tasks[eid] = status.task_id
                 self._unannounced[eid] = None
         self._dirty[eid] = None
+        if status.state in _ENDED:
+            self._finished[eid] = None
+            self._finished.move_to_end(eid)
+
+    def _settle(self) -> None:
+        """Keep only the cells of all but the last KEEP_FINISHED finished episodes (called once their last change
+        was sent or nobody listens, so a monitor never misses an episode's end)."""
+        while len(self._finished) > KEEP_FINISHED:
+            eid, _ = self._finished.popitem(last=False)
+            self._settled[eid] = self.cell(eid)
+            del self.statuses[eid]
+            self._sent_details.pop(eid, None)
+
+    def cell(self, eid: str) -> Cell:
+        """An announced episode's ``(state, op, step, reward)``."""
+        st = self.statuses.get(eid)
+        if st is not None:
+            return (st.state.value, st.op.value, st.step, st.reward)
+        return self._settled.get(eid, _NOT_STARTED)
 
     # --- messages -----------------------------------------------------------------------------------
-    def _cell(self, st: EpisodeStatus) -> list[Any]:
+    @staticmethod
+    def _cell(st: EpisodeStatus) -> list[Any]:
         return [st.state.value, st.op.value, st.step, st.reward]
 
     def _details(self, eid: str, st: EpisodeStatus, force: bool) -> dict[str, Any] | None:
@@ -225,18 +253,22 @@ class TelemetryPublisher:
         else:
             self._last_snapshot = now
             self._phases_at = -1e18  # snapshots carry fresh percentiles (deltas reuse them)
-            eids = statuses.keys()
+            eids = self.tasks.keys()
             msg["tasks"] = dict(self.tasks)
         cells: dict[str, list[Any]] = {}
         details: dict[str, dict[str, Any]] = {}
         for eid in eids:
-            st = statuses[eid]
+            st = statuses.get(eid)
+            if st is None:  # not started, or settled: a cell with no details to tell
+                cells[eid] = list(self._settled.get(eid, _NOT_STARTED))
+                continue
             cells[eid] = self._cell(st)
             d = self._details(eid, st, full_details)
             if d:
                 details[eid] = d
         self._dirty = {}
         self._unannounced.clear()
+        self._settle()
         agg_due = kind != "delta" or now - self._last_agg >= 1.0 / self.agg_hz - 1e-6  # float ticks: 0.7 - 0.2 < 0.5
         if not cells and not agg_due:
             return None
@@ -262,14 +294,15 @@ class TelemetryPublisher:
         stats = self.stats or RunStats(started_at=now)
         ops: Counter[str] = Counter()
         states: Counter[str] = Counter()
-        for st in self.statuses.values():
-            states[st.state.value] += 1
-            if st.op.value and st.state.value == "R":
-                ops[st.op.value] += 1
+        for eid in self.tasks:  # in announce order, so that the counts come out the same every run
+            state, op, _, _ = self.cell(eid)
+            states[state] += 1
+            if op and state == "R":
+                ops[op] += 1
         done = stats.done
         self._sample_rates(now)
         steps_per_s, eps_per_s = self._steps_per_s, self._eps_per_s
-        total = max(stats.total, len(self.statuses))
+        total = max(stats.total, len(self.tasks))
         remaining = total - done
         eta = remaining / eps_per_s if eps_per_s > 0 else (0.0 if remaining == 0 and total else None)
         workers: list[dict[str, Any]] = []
@@ -368,6 +401,10 @@ class TelemetryPublisher:
         self._poll_subscriptions()
         self._sample_rates(self.clock())
         if not self.subscribed:
+            # A monitor that attaches gets a full snapshot: what changed meanwhile need not be remembered.
+            self._dirty.clear()
+            self._unannounced.clear()
+            self._settle()
             return
         if self._want_full:
             self._want_full = False

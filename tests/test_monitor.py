@@ -20,7 +20,7 @@ from engine.rollout import EpisodeStatus, Op, State
 from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
-from engine.telemetry import ENDPOINT_FILE, TelemetryPublisher, ipc_endpoint, resolve_endpoint
+from engine.telemetry import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
 from policy.registry import make_policy
 from tests.conftest import FIXTURES_DIR, subset
 from tui.app import MonitorApp
@@ -114,8 +114,7 @@ def test_publisher_sends_dirty_cells_and_changed_details_only() -> None:
     assert first["tasks"]["t2#0"] == "t2" and "agg" in first
     now[0] = 0.1
     assert pub.message() is None  # nothing changed, no aggregate due
-    st = pub.statuses["t2#0"]
-    st.state, st.op, st.step, st.url, st.action = State.RUNNING, Op.MODEL, 2, "http://a/", "click"
+    st = EpisodeStatus("t2#0", "t2", state=State.RUNNING, op=Op.MODEL, step=2, url="http://a/", action="click")
     pub.on_status(st)
     msg = pub.message()
     assert msg is not None and msg["kind"] == "delta" and msg["cells"] == {"t2#0": ["R", "a", 2, None]}
@@ -134,6 +133,45 @@ def test_publisher_sends_dirty_cells_and_changed_details_only() -> None:
     now[0] = 2.7
     msg = pub.message()
     assert msg is not None and msg["kind"] == "snapshot" and len(msg["cells"]) == 4
+
+
+def test_publisher_keeps_only_the_cells_of_long_finished_episodes() -> None:
+    # A long run: a monitor attaching late still sees every cell, but the publisher holds whole statuses only for
+    # the episodes in flight and the last KEEP_FINISHED finished ones (a status per episode is ~1 KiB kept forever).
+    pub = TelemetryPublisher(None, None, clock=lambda: 0.0, wall=lambda: 0.0)
+    n = KEEP_FINISHED + 100
+    pub.add_episodes([(f"e{i}#0", f"e{i}") for i in range(n + 1)])
+    ended = []
+    for i in range(n):
+        st = EpisodeStatus(f"e{i}#0", f"e{i}", state=State.RUNNING, op=Op.MODEL, step=3, url="http://a/")
+        pub.on_status(st)
+        st.state, st.op, st.reward = (State.FAILED, Op.NONE, None) if i % 5 == 0 else (State.FINISHED, Op.NONE, 1.0)
+        pub.on_status(st)
+        ended.append(st)
+        pub.message("delta")  # each end is sent before it may be settled
+    assert len(pub.statuses) == KEEP_FINISHED and f"e{n - 1}#0" in pub.statuses and "e0#0" not in pub.statuses
+    snap = pub.message("snapshot", full_details=True)
+    assert snap is not None and len(snap["cells"]) == n + 1
+    assert snap["cells"]["e0#0"] == ["X", "", 3, None] and snap["cells"]["e1#0"] == ["F", "", 3, 1.0]
+    assert snap["cells"][f"e{n}#0"] == ["N", "", 0, None]
+    assert "e1#0" not in snap["details"] and snap["details"][f"e{n - 1}#0"]["url"] == "http://a/"
+    assert snap["agg"]["states"] == {"X": n // 5 + 1, "F": n - n // 5 - 1, "N": 1} and snap["agg"]["total"] == n + 1
+    # A late change (the judge's verdict) of a settled episode is sent, and its status is kept again.
+    ended[1].reward = 0.0
+    pub.on_status(ended[1])
+    msg = pub.message("delta")
+    assert msg is not None and msg["cells"] == {"e1#0": ["F", "", 3, 0.0]}
+    assert len(pub.statuses) == KEEP_FINISHED and "e1#0" in pub.statuses
+
+
+async def test_publisher_without_monitor_remembers_no_changes(tmp_path: Path) -> None:
+    pub = TelemetryPublisher(f"ipc://{tmp_path}/t.sock", tmp_path)
+    pub.add_episodes([(f"e{i}#0", f"e{i}") for i in range(KEEP_FINISHED + 10)])
+    for i in range(KEEP_FINISHED + 10):
+        pub.on_status(EpisodeStatus(f"e{i}#0", f"e{i}", state=State.FINISHED, reward=1.0))
+    pub.tick()
+    assert not pub._dirty and not pub._unannounced and len(pub.statuses) == KEEP_FINISHED
+    await pub.close()
 
 
 def test_endpoints(tmp_path: Path) -> None:
@@ -165,8 +203,9 @@ async def test_publisher_without_subscriber_builds_nothing_and_never_blocks(tmp_
         await asyncio.sleep(0.02)
     assert pub.subscribed
     t0 = time.monotonic()
+    statuses = [EpisodeStatus(f"e{i}#0", f"e{i}") for i in range(50)]
     for i in range(2000):
-        st = pub.statuses[f"e{i % 50}#0"]
+        st = statuses[i % 50]
         st.step = i
         pub.on_status(st)
         pub.tick()
