@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import subprocess
@@ -64,6 +65,32 @@ class InstantModel(LanguageModel):
 
     async def generate(self, request: ChatRequest) -> Generation:
         return Generation(REPLY, finish_reason="stop")
+
+
+class GcMeter:
+    """CPU time the cyclic garbage collector takes from the thread it runs on, per generation (``gc.callbacks``).
+
+    A collection runs on the thread that allocates, so at thousands of rollouts it shows in py-spy as time in
+    whatever line allocated (a decode, a reply): this says how much of it is the collector's."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            self.seconds[info["generation"]] += time.thread_time() - self._t0
+            self.count[info["generation"]] += 1
+
+    def __enter__(self) -> GcMeter:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self)
 
 
 def make_policy(kind: str) -> Policy:
@@ -125,7 +152,8 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             t0, s0, l0 = time.monotonic(), stats.steps, len(stats.step_latencies_ms)
             c0, th0, threads0 = time.process_time(), time.thread_time(), _thread_cpu(me)
             uss = me.memory_full_info().uss
-            await asyncio.sleep(seconds)
+            with GcMeter() as gc_meter:
+                await asyncio.sleep(seconds)
             t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
             threads = {name: round((cpu - threads0.get(name, 0.0)) / (t1 - t0), 3)
                        for name, cpu in _thread_cpu(me).items()}
@@ -146,6 +174,9 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             "engine_cpu_ms_per_step": round((c1 - c0) * 1000 / max(1, steps), 4),
             "loop_cpu_ms_per_step": round((th1 - th0) * 1000 / max(1, steps), 4),
             "loop_busy": round((th1 - th0) / window, 3),
+            "gc_ms_per_step": round(sum(gc_meter.seconds) * 1000 / max(1, steps), 4),
+            "gc_share_of_loop": round(sum(gc_meter.seconds) / max(1e-9, th1 - th0), 3),
+            "gc_collections": gc_meter.count, "gc_full_ms": round(gc_meter.seconds[2] * 1000, 1),
             "null_workers_cpu_busy": round((w1 - w0) / window, 3),
             "step_p50_ms": round(lat[len(lat) // 2], 2), "step_p95_ms": round(lat[int(len(lat) * 0.95)], 2),
             "engine_threads_cpu_busy": threads,
@@ -200,6 +231,9 @@ def run_levels(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"  step p50 {row['step_p50_ms']:.1f} ms p95 {row['step_p95_ms']:.1f} ms  "
                   f"{row['uss_per_rollout_kib']:.0f} KiB/rollout  errors {row['errors']}", flush=True)
             busy = {k: v for k, v in row["engine_threads_cpu_busy"].items() if v >= 0.02}
+            print(f"    garbage collector: {row['gc_ms_per_step']:.3f} ms/step, "
+                  f"{100 * row['gc_share_of_loop']:.0f}% of the loop; collections per generation "
+                  f"{row['gc_collections']}, full ones {row['gc_full_ms']:.0f} ms in all")
             print(f"    engine threads (share of a core): {busy}")
             if row["pyspy"] and "top_own" in row["pyspy"]:
                 for f in row["pyspy"]["top_own"][:8]:
