@@ -201,6 +201,8 @@ class TelemetryPublisher:
         if status.state in _ENDED:
             self._finished[eid] = None
             self._finished.move_to_end(eid)
+        elif eid in self._finished:  # the same episode again, under a new status (a resumed run): live, keep it
+            del self._finished[eid]
 
     def _settle(self) -> None:
         """Keep only the cells of all but the last KEEP_FINISHED finished episodes (called once their last change

@@ -162,6 +162,13 @@ def test_publisher_keeps_only_the_cells_of_long_finished_episodes() -> None:
     msg = pub.message("delta")
     assert msg is not None and msg["cells"] == {"e1#0": ["F", "", 3, 0.0]}
     assert len(pub.statuses) == KEEP_FINISHED and "e1#0" in pub.statuses
+    # The same episode under a new status that is live again is never settled while it runs.
+    again = EpisodeStatus(f"e{n - 1}#0", f"e{n - 1}", state=State.RUNNING, op=Op.MODEL)
+    pub.on_status(again)
+    for i in range(KEEP_FINISHED):
+        pub.on_status(EpisodeStatus(f"x{i}#0", f"x{i}", state=State.FINISHED, reward=0.0))
+    pub.message("delta")
+    assert pub.statuses[f"e{n - 1}#0"] is again and pub.cell(f"e{n - 1}#0") == ("R", "a", 0, None)
 
 
 async def test_publisher_without_monitor_remembers_no_changes(tmp_path: Path) -> None:
