@@ -216,7 +216,6 @@ def mix_ratio(caps: Sequence[int], concurrency: int, lm: LatencyModel, browser: 
 def main(argv: list[str] | None = None) -> int:
     """Print (and store) the ratio the calibrated latency model predicts over task mixes, browser times and
     concurrencies."""
-
     ap = argparse.ArgumentParser(description="The asynchronous speed-up the latency model predicts (no run).")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 128])
     ap.add_argument("--sigma", type=float, default=0.6, help="shape of the reply-length log-normal (the stand-in's)")

@@ -354,7 +354,8 @@ def notes(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The soak's command line (its defaults are the stored run's)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=10_000)
     ap.add_argument("--concurrency", type=int, default=32)
@@ -370,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the engine alone: null workers (benchmark stand-ins, no browser) instead of Chromium")
     ap.add_argument("--name", default="soak", help="the result's file names (NAME.json, NAME.png)")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="directory of NAME.json and NAME.png")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     import uvloop
 
     res = uvloop.run(soak(args))

@@ -56,11 +56,15 @@ DETAIL_NAMES = {"step_timings_ms": "timings"}  # wire names that differ from Epi
 MAX_TEXT = 800  # long thoughts are cut: the monitor shows a few lines
 _IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 # Finished episodes whose details stay at hand for a monitor that attaches later; older ones keep their cell only,
-# so that the publisher holds ~100 bytes per finished episode over a run of any length, not its whole status.
+# so that the publisher holds ~70 bytes per finished episode over a run of any length, not its whole status.
 KEEP_FINISHED = 256
 _ENDED = (State.FINISHED, State.FAILED)
 Cell = tuple[str, str, int, float | None]
 _NOT_STARTED: Cell = (State.NOT_STARTED.value, Op.NONE.value, 0, None)
+
+
+def _cell_of(st: EpisodeStatus) -> Cell:
+    return (st.state.value, st.op.value, st.step, st.reward)
 
 
 def ipc_endpoint(run_dir: str | Path) -> str:
@@ -216,14 +220,9 @@ class TelemetryPublisher:
     def cell(self, eid: str) -> Cell:
         """An announced episode's ``(state, op, step, reward)``."""
         st = self.statuses.get(eid)
-        if st is not None:
-            return (st.state.value, st.op.value, st.step, st.reward)
-        return self._settled.get(eid, _NOT_STARTED)
+        return _cell_of(st) if st is not None else self._settled.get(eid, _NOT_STARTED)
 
     # --- messages -----------------------------------------------------------------------------------
-    @staticmethod
-    def _cell(st: EpisodeStatus) -> list[Any]:
-        return [st.state.value, st.op.value, st.step, st.reward]
 
     def _details(self, eid: str, st: EpisodeStatus, force: bool) -> dict[str, Any] | None:
         values = tuple(getattr(st, f) for f in DETAIL_FIELDS)
@@ -260,11 +259,10 @@ class TelemetryPublisher:
         cells: dict[str, list[Any]] = {}
         details: dict[str, dict[str, Any]] = {}
         for eid in eids:
+            cells[eid] = list(self.cell(eid))
             st = statuses.get(eid)
-            if st is None:  # not started, or settled: a cell with no details to tell
-                cells[eid] = list(self._settled.get(eid, _NOT_STARTED))
+            if st is None:  # not started, or settled: no details to tell
                 continue
-            cells[eid] = self._cell(st)
             d = self._details(eid, st, full_details)
             if d:
                 details[eid] = d
