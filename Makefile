@@ -4,7 +4,7 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 APT_PKGS := chromium libturbojpeg0-dev cmake gcc
-SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/_imgcodec/*.h)
+SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/_imgcodec/*.h engine/_filewrite/*.c)
 # The editable install maps each module to its file: a module added, moved or removed (its folder's time changes)
 # needs a new map, which a reinstall makes in seconds.
 PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool policy train tui bench viewer server) -type d \

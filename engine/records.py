@@ -161,7 +161,7 @@ class StepRecord(TypedDict, total=False):
     thought: str | None
     parse_error: str | None
     policy_version: int | None  # the weights' version that produced the reply
-    timings_ms: dict[str, float]  # policy_ms, the worker's phases, step_ms
+    timings_ms: dict[str, float]  # policy_ms, the worker's phases, step_ms; pace_ms and store_wait_ms when it waited
     # Optional, from the observation and the reply:
     elements: list[list[int | float | str]]  # Set-of-Marks: [id, tag, text, x, y, w, h] of the numbered boxes
     truncated: list[str]  # what the caps cut from the page the step acted on
@@ -206,7 +206,7 @@ class EpisodeRecord(TypedDict, total=False):
     final: FinalPage | None  # None when the episode never saw a page
     started_at: float  # wall clock (time.time())
     duration_s: float
-    timings_ms: dict[str, float]  # wait_browser_ms, navigate_ms
+    timings_ms: dict[str, float]  # wait_browser_ms, navigate_ms; pace_ms and store_wait_ms when the open waited
     # Merged in by the reader from judgements.jsonl (never in episodes.jsonl):
     judged_at: float | None
     judge_error: str | None  # the judge failed: the episode stays judge_pending

@@ -278,6 +278,9 @@ class Rollout:
         paced = await self._pace(self.task.website)
         if paced:
             self.timings["pace_ms"] = round(paced * 1000, 1)
+        stored = await self.ctx.store.frame_room()
+        if stored:
+            self.timings["store_wait_ms"] = round(stored * 1000, 1)
         t = time.monotonic()
         obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
@@ -344,6 +347,9 @@ class Rollout:
             paced = await self._pace(target) if action.name != "wait" else 0.0
             if paced:
                 timings["pace_ms"] = round(paced * 1000, 1)
+            stored = await self.ctx.store.frame_room()
+            if stored:  # the screenshots queued to be written were too many: the disk is slower than the run
+                timings["store_wait_ms"] = round(stored * 1000, 1)
             self._set(State.RUNNING, Op.EXECUTE)
             try:
                 obs, frame = await self.session.act(action.to_browser())

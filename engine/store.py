@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import engine
-from engine.frame_writer import FrameWriter, write_file
+from engine._filewrite import write_files
+from engine.frame_writer import FrameWriter
 from engine.records import (
     FORMAT_VERSION,
     EpisodeRecord,
@@ -111,7 +112,7 @@ class RunStore:
     def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
         """Store one screenshot as given, now; returns its path relative to the run directory."""
         rel = self._frame_rel(episode_id, index)
-        error = write_file(os.path.join(self._dir, rel), jpeg, make_dir=index == 0)
+        [error] = write_files([(os.path.join(self._dir, rel), jpeg, index == 0)])
         if error:
             raise OSError(f"cannot store a screenshot: {error}")
         return rel
@@ -124,6 +125,15 @@ class RunStore:
         rel = self._frame_rel(episode_id, index)
         self._frames.submit(episode_id, os.path.join(self._dir, rel), jpeg, index == 0, done)
         return rel
+
+    async def frame_room(self) -> float:
+        """Wait while too many screenshots are queued to be written (a disk slower than the run); the seconds
+        waited. Rollouts call it before they ask for a screenshot."""
+        if self._frames.queued <= self._frames.max_queued:
+            return 0.0
+        t = time.monotonic()
+        await self._frames.room()
+        return time.monotonic() - t
 
     async def frames_landed(self, episode_id: str) -> list[str]:
         """Wait until the episode's queued screenshots are written; the errors of those that could not be."""

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 
+import pytest
+
+from engine import frame_writer
 from engine.store import RunStore, finished_keys, read_records
 
 
@@ -96,6 +100,34 @@ async def test_a_frame_that_cannot_be_written_is_reported_by_the_barrier(tmp_pat
     assert len(errors) == 1 and errors[0].startswith("001.jpg:")
     assert await store.frames_landed("e#0") == []  # reported once
     store.close()
+
+
+async def test_rollouts_wait_for_room_while_the_disk_is_behind(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``max_queued`` frames waiting to be written, ``room`` waits until half of them are: a disk slower than
+    the run slows the run instead of filling memory (and the workers' rings) with queued frames."""
+    disk_free = threading.Event()
+    write = frame_writer.write_files
+
+    def slow_disk(items: list[tuple[str, bytes, bool]]) -> list[str | None]:
+        disk_free.wait(10)
+        return write(items)
+
+    monkeypatch.setattr(frame_writer, "write_files", slow_disk)
+    writer = frame_writer.FrameWriter(max_queued=4)
+    await writer.room()  # nothing queued: at once
+    for i in range(6):
+        writer.submit("e#0", str(tmp_path / f"{i:03d}.jpg"), b"frame %d" % i, False)
+    assert writer.queued == 6
+    waiting = asyncio.ensure_future(writer.room())
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # the disk has written nothing yet
+    disk_free.set()
+    await asyncio.wait_for(waiting, 10)
+    assert writer.queued <= 2
+    assert await writer.landed("e#0") == []
+    assert [(tmp_path / f"{i:03d}.jpg").read_bytes() for i in range(6)] == [b"frame %d" % i for i in range(6)]
+    writer.close()
 
 
 def test_manifest_keeps_start_time_on_resume(tmp_path: Path) -> None:
