@@ -37,6 +37,7 @@ from browserpool.lifeline import engine_arg
 from browserpool.memory import tree_pss_bytes
 from browserpool.netpolicy import engine_sites
 from browserpool.reaper import reap_stale
+from browserpool.router import RouterSocket
 from browserpool.shm import SlotReader, unlink_segment
 from browserpool.upstream import env_names
 
@@ -234,6 +235,8 @@ class BrowserSession:
                 self.pool.offence(h, f"a frame reference outside its ring ({ref})")
                 raise WorkerLost(f"browser worker {self.worker_id} sent a frame reference outside its ring")
             return obs, Frame(h, ref, h.reader.view(ref))
+        if obs.frame_bytes and self.handle.reader is not None:
+            self.pool.inline_frames += 1
         return obs, Frame(None, None, memoryview(obs.frame_bytes or b""))
 
 
@@ -244,9 +247,7 @@ class BrowserPool:
         self.cfg = cfg
         self.instance = Instance.current()
         self._zctx = zmq.asyncio.Context()
-        self._sock = self._zctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # bigger messages never reach Python
+        self._router = RouterSocket(self._zctx, P.MAX_MESSAGE_BYTES)
         self._guard: CurveGuard | None = None
         self._spawn_keys: ClientKeys | None = None  # the pool's own workers' key pair (CURVE only)
         self.offences: dict[bytes, int] = {}  # bad messages per peer identity
@@ -254,6 +255,9 @@ class BrowserPool:
         # connection, with the episodes they had: one heard from again on that connection rejoins (_rejoin).
         self._silent: dict[bytes, tuple[WorkerHandle, set[str]]] = {}
         self.dropped_messages = 0
+        # Frames that came inline from a worker whose ring is mapped: its ring was full (or the frame bigger than a
+        # slot), so the frame was copied through the socket; a run that counts many needs more slots per worker.
+        self.inline_frames = 0
         self.fatal: BaseException | None = None  # set when the receive loop itself broke
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.endpoint = ""
@@ -292,11 +296,9 @@ class BrowserPool:
         # ignore_cleanup_errors: a worker's Chromium killed at close may still be writing its profile there.
         self._tmpdir = tempfile.TemporaryDirectory(prefix=self.instance.tmp_prefix(), ignore_cleanup_errors=True)
         if self.cfg.listen:
-            self._sock.bind(self.cfg.listen)
-            self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            self.endpoint = self._router.bind(self.cfg.listen)
         else:
-            self.endpoint = f"ipc://{self._tmpdir.name}/pool.sock"
-            self._sock.bind(self.endpoint)
+            self.endpoint = self._router.bind(f"ipc://{self._tmpdir.name}/pool.sock")
         self._spawn_task(self._recv_loop())
         self._spawn_task(self._watchdog())
         if self.cfg.spawn:
@@ -324,7 +326,7 @@ class BrowserPool:
         self._guard.start()
         self._spawn_keys = ClientKeys.ephemeral(keys.public)
         self._guard.add(self._spawn_keys.public)
-        keys.apply(self._sock)
+        keys.apply(self._router.sock)
 
     async def wait_for_workers(self, n: int, timeout: float) -> None:
         """Wait until at least ``n`` workers are alive (or the pool gave up on starting them)."""
@@ -342,7 +344,7 @@ class BrowserPool:
         for h in self.workers.values():
             if h.identity and self._by_identity.get(h.identity) is h:  # alive, or taken back and not yet leased to
                 with contextlib.suppress(zmq.ZMQError):
-                    await self._sock.send_multipart([h.identity, P.encode(P.Shutdown())])
+                    self._router.send(h.identity, P.encode(P.Shutdown()))
             elif h.proc is not None and h.proc.returncode is None:
                 # Still starting (no hello yet): it cannot hear Shutdown; SIGTERM makes it kill its browser and go.
                 with contextlib.suppress(ProcessLookupError):
@@ -366,7 +368,7 @@ class BrowserPool:
             if h.reader:
                 h.reader.close()
             self._unlink_ring(h)
-        self._sock.close(0)
+        self._router.close()
         if self._guard is not None:
             self._guard.stop()
         self._zctx.destroy(linger=0)  # closes any socket still open instead of waiting on it forever
@@ -410,14 +412,17 @@ class BrowserPool:
             h.futures[req_id] = fut
             release, h.pending_release = h.pending_release, []
             msg = P.Request(req_id, op, episode_id, args, release)
+            # A timer on the reply's own future (asyncio.wait_for would wrap it in a second future and a task).
+            timer = asyncio.get_running_loop().call_later(self.deadline(op), _time_out, fut)
             try:
-                await self._sock.send_multipart([h.identity, P.encode(msg)], copy=False)
-                reply: P.Reply = await asyncio.wait_for(fut, self.deadline(op))
+                self._router.send(h.identity, P.encode(msg))
+                reply: P.Reply = await fut
             except TimeoutError:
                 self._request_timed_out(h, op)
                 raise RequestTimeout(f"browser worker {h.worker_id} did not answer {op!r} within "
                                      f"{self.deadline(op):g} s") from None
             finally:
+                timer.cancel()
                 h.futures.pop(req_id, None)
         h.timeouts = 0
         if reply.ok:
@@ -576,14 +581,12 @@ class BrowserPool:
         loudly (``fatal``): every waiting request and lease raises instead of waiting forever."""
         try:
             while True:
-                frames = await self._sock.recv_multipart(copy=False)
-                try:
-                    hello = self._on_message(frames)
-                    if hello is not None:
-                        await self._on_hello(*hello)
-                except Exception as exc:  # noqa: BLE001 - a message must never end the loop
-                    self.offence(self._by_identity.get(frames[0].bytes), f"its message could not be handled: "
-                                 f"{exc!r}", frames[0].bytes)
+                for frames in await self._router.recv_batch():
+                    try:
+                        self._on_message(frames)
+                    except Exception as exc:  # noqa: BLE001 - a message must never end the loop
+                        self.offence(self._by_identity.get(frames[0].bytes), f"its message could not be handled: "
+                                     f"{exc!r}", frames[0].bytes)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -595,30 +598,30 @@ class BrowserPool:
                 self._fail_worker(h, f"the browser pool failed: {exc!r}")
             self._capacity_changed()
 
-    def _on_message(self, frames: list[zmq.Frame]) -> tuple[bytes, P.Hello, bytes | None] | None:
-        """Handle one message; a Hello is returned for :meth:`_on_hello` (which needs to await)."""
+    def _on_message(self, frames: list[zmq.Frame]) -> None:
+        """Handle one message."""
         identity = frames[0].bytes
         if self.offences.get(identity, 0) >= self.cfg.max_offences:
             self.dropped_messages += 1  # a banned peer: not even decoded
-            return None
+            return
         h = self._by_identity.get(identity)
         if h is None and identity in self._silent:
             # A worker dropped for its silence speaks again on the same connection: it was cut off, not gone.
             h = self._rejoin(identity, _user_key(frames[-1]))
             if h is None:
-                return None
+                return
         if len(frames) != 2:
             self.offence(h, f"{len(frames) - 1} frames instead of 1", identity, _user_key(frames[-1]))
-            return None
+            return
         try:
             msg = P.decode_from_worker(frames[1].buffer)
         except P.ProtocolError as exc:
             self.offence(h, str(exc), identity, _user_key(frames[1]))
-            return None
+            return
         if isinstance(msg, P.Reply):
             if h is None:
                 self.offence(None, "a reply from a peer that never said hello", identity, _user_key(frames[1]))
-                return None
+                return
             h.last_seen = time.monotonic()
             fut = h.futures.get(msg.req_id)
             if fut is not None and not fut.done():  # else: a late answer to a request that timed out
@@ -626,7 +629,7 @@ class BrowserPool:
         elif isinstance(msg, P.Heartbeat):
             if h is None or msg.worker_id != h.wire_id:
                 self.offence(h, "a heartbeat that names another worker", identity, _user_key(frames[1]))
-                return None
+                return
             h.last_seen = time.monotonic()
             h.contexts = msg.contexts
             if h.proc is not None and msg.browser_pid and msg.browser_pid != h.browser_pid:
@@ -635,10 +638,9 @@ class BrowserPool:
                 h.draining = msg.draining
                 self._capacity_changed()
         elif isinstance(msg, P.Hello):
-            return identity, msg, _user_key(frames[1])
-        return None
+            self._on_hello(identity, msg, _user_key(frames[1]))
 
-    async def _on_hello(self, identity: bytes, msg: P.Hello, key: bytes | None) -> None:
+    def _on_hello(self, identity: bytes, msg: P.Hello, key: bytes | None) -> None:
         if msg.protocol != P.PROTOCOL_VERSION:
             self._emit("protocol", f"worker {msg.worker_id} speaks protocol {msg.protocol}, "
                                    f"engine {P.PROTOCOL_VERSION}; ignored")
@@ -656,7 +658,7 @@ class BrowserPool:
         h.browser_pid = _descendant_pid(h.proc.pid, msg.browser_pid) if h.proc is not None else 0
         h.reader, h.shm_name, h.slot_count = self._map_ring(h, msg), msg.shm_name, msg.slot_count
         welcome = P.Welcome(h.reader is not None, self._net_settings())
-        await self._sock.send_multipart([identity, P.encode(welcome)])
+        self._router.send(identity, P.encode(welcome))
         self._by_identity[identity] = h
         h.alive = True
         h.ready.set()
@@ -688,7 +690,7 @@ class BrowserPool:
         with contextlib.suppress(zmq.ZMQError):
             for episode_id in sorted(episodes):
                 close = P.Request(next(self._req_ids), "close", episode_id, {}, [])
-                await self._sock.send_multipart([h.identity, P.encode(close)])  # its answer is not waited for
+                self._router.send(h.identity, P.encode(close))  # its answer is not waited for
         if self._by_identity.get(h.identity or b"") is h and not self._closing:
             h.alive = True
             h.ready.set()
@@ -737,6 +739,11 @@ class BrowserPool:
     def _emit(self, kind: str, message: str) -> None:
         if self.on_event:
             self.on_event(kind, message)
+
+
+def _time_out(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
 
 
 def _user_key(frame: zmq.Frame) -> bytes | None:

@@ -243,14 +243,14 @@ async def test_a_broken_receive_loop_fails_the_run_loudly(tmp_path: Path, sites:
         core = EngineCore(cfg, pool=pool, store=store)
         await core.start()
         # The next receive fails as a broken socket would; the loop must not die silently.
-        original = zmq.asyncio.Socket.recv_multipart
+        original = zmq.Socket.recv
 
-        def broken(self: zmq.asyncio.Socket, *a: Any, **kw: Any) -> Any:
-            if self is pool._sock:
+        def broken(self: zmq.Socket, *a: Any, **kw: Any) -> Any:  # type: ignore[type-arg]
+            if self is pool._router.sock:
                 raise zmq.ZMQError(zmq.EFAULT, "simulated socket failure")
             return original(self, *a, **kw)
 
-        monkeypatch.setattr(zmq.asyncio.Socket, "recv_multipart", broken)
+        monkeypatch.setattr(zmq.Socket, "recv", broken)
         # Wake the loop: it is waiting in a receive that began before the patch; a heartbeat completes it.
         with pytest.raises(PoolError, match="simulated socket failure"):
             await asyncio.wait_for(core.run_plan(make_policy("scripted"), plan), 120)
