@@ -18,6 +18,7 @@ literal or ``localhost``: :func:`is_local`) are the user's own and have no limit
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import itertools
 import time
@@ -39,6 +40,12 @@ def is_local(url: str) -> bool:
         host = (urlsplit(url).hostname or "").lower().rstrip(".")
     except ValueError:
         return False
+    return _is_local_host(host)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_local_host(host: str) -> bool:
+    # Cached: asked for every action, and parsing an address costs more than the rest of a step's bookkeeping.
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
