@@ -108,10 +108,12 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
     directory goes below ``run_root`` (default: the temp directory)."""
     from bench.suites.overhead import pyspy_window
 
-    workers = max(workers, -(-n // 4000))  # a worker has at most 4,096 screenshot slots (protocol.Hello)
+    # A rollout holds up to two slots (its last frame until it is written and handed back, and the new one), and a
+    # worker has at most 4,096 (protocol.Hello): with fewer, frames travel inline and the level measures that.
+    workers = max(workers, -(-2 * n // 4000))
     me = psutil.Process()
     uss0 = me.memory_full_info().uss  # everything imported, nothing started (USS: the workers' rings left out)
-    slots = -(-n // workers) + 64
+    slots = 2 * -(-n // workers) + 64
     # Enough episodes that none runs out in the window (each one ends after steps_per_episode steps).
     samples = max(3, -(-int(2 * seconds * 2500) // (steps_per_episode * n)))
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=run_root) as tmp, contextlib.ExitStack() as stack:
@@ -149,12 +151,13 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             await asyncio.sleep(min(2.0, seconds / 4))  # past the start-up burst
             workers_cpu = [psutil.Process(p.pid) for p in procs]
             w0 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
-            t0, s0, l0 = time.monotonic(), stats.steps, len(stats.step_latencies_ms)
+            t0, s0, l0, i0 = time.monotonic(), stats.steps, len(stats.step_latencies_ms), pool.inline_frames
             c0, th0, threads0 = time.process_time(), time.thread_time(), _thread_cpu(me)
             uss = me.memory_full_info().uss
             with GcMeter() as gc_meter:
                 await asyncio.sleep(seconds)
             t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
+            inline = pool.inline_frames - i0
             threads = {name: round((cpu - threads0.get(name, 0.0)) / (t1 - t0), 3)
                        for name, cpu in _thread_cpu(me).items()}
             w1 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
@@ -182,7 +185,7 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             "engine_threads_cpu_busy": threads,
             "engine_uss_mib": round(uss / 2**20, 1),
             "uss_per_rollout_kib": round((uss - uss0) / 1024 / n, 1),
-            "ramp_s": round(ramp_s, 1), "errors": errors, "pyspy": pyspy}
+            "inline_frames": inline, "ramp_s": round(ramp_s, 1), "errors": errors, "pyspy": pyspy}
 
 
 def _thread_cpu(proc: psutil.Process) -> dict[str, float]:
@@ -229,7 +232,8 @@ def run_levels(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"{row['engine_cpu_ms_per_step']:.3f} ms/step, its loop {row['loop_cpu_ms_per_step']:.3f} "
                   f"({100 * row['loop_busy']:.0f}% of a core); null workers {100 * row['null_workers_cpu_busy']:.0f}%"
                   f"  step p50 {row['step_p50_ms']:.1f} ms p95 {row['step_p95_ms']:.1f} ms  "
-                  f"{row['uss_per_rollout_kib']:.0f} KiB/rollout  errors {row['errors']}", flush=True)
+                  f"{row['uss_per_rollout_kib']:.0f} KiB/rollout  inline frames {row['inline_frames']}  "
+                  f"errors {row['errors']}", flush=True)
             busy = {k: v for k, v in row["engine_threads_cpu_busy"].items() if v >= 0.02}
             print(f"    garbage collector: {row['gc_ms_per_step']:.3f} ms/step, "
                   f"{100 * row['gc_share_of_loop']:.0f}% of the loop; collections per generation "

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,12 @@ def server_keys(cfg: RunConfig) -> ServerKeys | None:
 def pool_config(cfg: RunConfig, log_path: str | None, secret_env: Iterable[str] = ()) -> PoolConfig:
     """The browser pool's settings for a run of ``cfg``."""
     per_worker = -(-cfg.concurrency // cfg.workers)
-    return PoolConfig(workers=cfg.workers, worker=cfg.worker, listen=cfg.listen, spawn=cfg.spawn_workers,
+    # A rollout holds up to two screenshot slots (its last frame until it is written and handed back, and the new
+    # one); with fewer slots than that, frames travel inline through the socket, a copy each way. At most 4,096
+    # (protocol.Hello).
+    slots = min(4096, max(cfg.worker.slot_count, 2 * per_worker))
+    worker = cfg.worker if slots == cfg.worker.slot_count else replace(cfg.worker, slot_count=slots)
+    return PoolConfig(workers=cfg.workers, worker=worker, listen=cfg.listen, spawn=cfg.spawn_workers,
                       max_episodes_per_worker=max(2 * per_worker, per_worker + 4),
                       ops_per_worker=cfg.ops_per_worker, log_path=log_path,
                       server_keys=server_keys(cfg), insecure=cfg.insecure,

@@ -17,6 +17,7 @@ def test_a_scale_level_steps_every_rollout_on_null_workers(tmp_path: Path) -> No
                                         run_root=str(tmp_path)))
     assert row["errors"] == 0 and row["steps"] > 0 and row["steps_per_s"] > 0
     assert "gc_share_of_loop" in row
+    assert row["inline_frames"] == 0  # every frame came through the rings: they have room for two per rollout
     assert not list(tmp_path.iterdir())  # the run directory is removed
 
 

@@ -220,3 +220,18 @@ def test_unlink_segment_removes_a_leftover_segment() -> None:
         if path.exists():
             path.unlink()
     unlink_segment(info["name"])  # already gone: no error
+
+
+@pytest.mark.parametrize(("concurrency", "workers", "configured", "slots"),
+                         [(32, 2, 64, 64), (256, 2, 64, 256), (256, 2, 512, 512), (20_000, 2, 64, 4096)])
+def test_a_run_gives_each_worker_ring_two_slots_per_rollout(concurrency: int, workers: int, configured: int,
+                                                            slots: int) -> None:
+    """A rollout holds up to two frames (the last until it is written, and the new one): a ring with fewer slots
+    sends frames inline. Never fewer than configured, never more than a Hello may announce."""
+    from browserpool.config import WorkerConfig
+    from engine.config import RunConfig
+    from engine.core import pool_config
+
+    cfg = RunConfig(concurrency=concurrency, workers=workers, worker=WorkerConfig(endpoint="", slot_count=configured))
+    assert pool_config(cfg, None).worker.slot_count == slots
+    assert cfg.worker.slot_count == configured  # the run's own config is left as it was
