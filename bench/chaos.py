@@ -49,6 +49,7 @@ from browserpool.instance import Instance
 from browserpool.pool import WorkerHandle
 from engine.config import RunConfig
 from engine.core import EngineCore
+from engine.gc_tuning import tune_for_engine_process
 from engine.rollout import Rollout
 from engine.sites.server import SiteServer
 from engine.tasks import load_tasks
@@ -487,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp, NetNamespace.create() as ns:
         previous = signal.signal(signal.SIGTERM, _interrupt)  # cleaned up like Ctrl-C
         try:
+            tune_for_engine_process()  # as webgym-engine run does
             res = uvloop.run(chaos_run(args, ns, Path(tmp)))
         finally:
             signal.signal(signal.SIGTERM, previous)

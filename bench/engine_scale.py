@@ -44,6 +44,7 @@ from browserpool.pool import BrowserPool
 from engine.agent.prompts import AgentConfig
 from engine.config import RunConfig
 from engine.core import EngineCore, pool_config
+from engine.gc_tuning import tune_for_engine_process
 from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.policy_api import Policy
 from engine.rollout import EpisodeStatus
@@ -261,6 +262,7 @@ def main() -> None:
     ap.add_argument("--profile-file", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
+        tune_for_engine_process()  # as webgym-engine run does
         row = uvloop.run(level(int(args.one[0]), args.one[1], args.workers, args.seconds, args.steps,
                                args.profile_file, args.run_root))
         print(json.dumps(row, default=str))

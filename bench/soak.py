@@ -39,6 +39,7 @@ from bench.record_audit import audit_records, recorded_ids
 from bench.report import row, slope, write_result
 from engine.config import RunConfig
 from engine.core import EngineCore
+from engine.gc_tuning import tune_for_engine_process
 from engine.rollout import EpisodeStatus, State
 from engine.runner import plan_episodes
 from engine.sites.server import SiteServer
@@ -378,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import uvloop
 
+    tune_for_engine_process()  # as webgym-engine run does
     res = uvloop.run(soak(args))
     args.out.mkdir(parents=True, exist_ok=True)
     png = plot(args.out / f"{args.name}.png", res["samples"], res["warmup"], res["figures"])

@@ -26,6 +26,7 @@ from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RE
 from engine.config import RunConfig
 from engine.core import EngineCore, new_run_dir
 from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
+from engine.gc_tuning import tune_for_engine_process
 from engine.judge import JudgeConfig, RubricJudge
 from engine.judging import rejudge
 from engine.miniwob import is_miniwob_spec, miniwob_mount
@@ -269,6 +270,7 @@ def run_cmd(**opts: Any) -> None:
                                   manifest={"policy": o.policy, "backend": asdict(backend),
                                             "judge": asdict(judge_cfg)})
         # SIGTERM and SIGHUP are handled like Ctrl-C (engine.shutdown).
+        tune_for_engine_process()
         summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
     except (KeyboardInterrupt, Terminated) as exc:
         # Episodes in flight wrote no record: --resume runs them again (and removes their partial frames).

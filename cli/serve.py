@@ -16,6 +16,7 @@ from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from engine.config import RunConfig
 from engine.core import EngineCore
+from engine.gc_tuning import tune_for_engine_process
 from engine.shutdown import Terminated, until_signal
 from server.app import BrowserServer, ServerConfig, is_loopback
 
@@ -81,6 +82,7 @@ def serve(ctx: click.Context, **opts: Any) -> None:
                               screenshot_format=opts["screenshot_format"])
     import uvloop
 
+    tune_for_engine_process()
     try:
         uvloop.run(until_signal(_serve(cfg, server_cfg, opts["sites"], console)))
     except (KeyboardInterrupt, Terminated) as exc:
