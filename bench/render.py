@@ -228,22 +228,38 @@ POLICY_NAMES = {"instant": "instant", "protocol": "agent protocol"}
 def engine_scale(d: dict[str, Any]) -> list[str]:
     """``python -m bench.engine_scale``: the engine process alone on null browser workers."""
     cfg, rows = field(d, "config", source="engine_scale"), field(d, "rows", source="engine_scale")
-    lines = [f"The engine process alone on {cfg['workers']} null browser workers (`bench/null_worker.py`: an instant "
-             f"answer with a pre-encoded JPEG), {cfg['steps']} steps per episode, a {num_text(cfg['seconds'])} s "
-             f"window per level, each level in a fresh process, the run directory on `{cfg.get('run_root')}`.", ""]
-    lines += table(("policy", "rollouts", "steps/s", "engine CPU per step", "its event loop busy", "step p50 / p95",
-                    "USS per rollout", "errors"),
-                   ((POLICY_NAMES.get(r["policy"], r["policy"]), num_text(r["concurrency"]), num_text(r["steps_per_s"]),
-                     f"{num_text(r['engine_cpu_ms_per_step'])} ms", pct(r["loop_busy"]),
+    lines = [f"The engine process alone on at least {cfg['workers']} null browser workers (`bench/null_worker.py`: an "
+             f"instant answer with a pre-encoded JPEG; more at the larger levels, where a ring's 4,096 slots are fewer "
+             f"than two per rollout), {cfg['steps']} steps per episode, a {num_text(cfg['seconds'])} s window per "
+             f"level, each level in a fresh process, the run directory on `{cfg.get('run_root')}`.", ""]
+    lines += table(("policy", "rollouts", "null workers", "steps/s", "engine CPU per step", "its event loop per step",
+                    "loop busy", "frame writer busy", "step p50 / p95", "USS per rollout", "frames inline", "errors"),
+                   ((POLICY_NAMES.get(r["policy"], r["policy"]), num_text(r["concurrency"]), r["workers"],
+                     num_text(r["steps_per_s"]), f"{num_text(r['engine_cpu_ms_per_step'])} ms",
+                     f"{num_text(r['loop_cpu_ms_per_step'])} ms", pct(r["loop_busy"]),
+                     pct(r["engine_threads_cpu_busy"].get("frame-writer", 0.0)),
                      f"{num_text(r['step_p50_ms'])} / {num_text(r['step_p95_ms'])} ms",
-                     f"{num_text(r['uss_per_rollout_kib'])} KiB", r.get("errors", 0)) for r in rows))
+                     f"{num_text(r['uss_per_rollout_kib'])} KiB", _inline_share(r), r.get("errors", 0))
+                    for r in rows))
     lines.append("")
+    gc_rows = [r for r in rows if "gc_share_of_loop" in r]
+    if gc_rows:
+        lines.append(f"- The garbage collector's share of the event loop's CPU: "
+                     f"{pct_range([r['gc_share_of_loop'] for r in gc_rows])}.")
     profiles = [r for r in rows if r.get("pyspy")]
     for r in profiles:
         top = ", ".join(f"`{t['function']}` {pct(t['share'])}" for t in r["pyspy"]["top_own"][:3])
         lines.append(f"- py-spy at {num_text(r['concurrency'])} rollouts ({POLICY_NAMES.get(r['policy'], r['policy'])}"
                      f"), the functions with the most own samples: {top}.")
-    return lines + ([""] if profiles else [])
+    return lines + ([""] if profiles or gc_rows else [])
+
+
+def _inline_share(row: dict[str, Any]) -> str:
+    """The share of a level's frames that came inline through the socket (its rings were full); "-" when the row
+    predates the count."""
+    if "inline_frames" not in row:
+        return "-"
+    return pct(row["inline_frames"] / max(1, row["steps"]))
 
 
 def envs(d: dict[str, Any]) -> list[str]:
