@@ -107,5 +107,9 @@ def unlink_segment(name: str) -> None:
     except FileNotFoundError:
         return
     seg.close()
-    with contextlib.suppress(FileNotFoundError):
+    try:
         seg.unlink()  # also drops the tracker registration that attaching made
+    except FileNotFoundError:
+        # Removed meanwhile (by its worker, or a reaper): the registration must still go, or the tracker warns of a
+        # leaked segment when this process exits.
+        resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from multiprocessing import resource_tracker
+from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import pytest
@@ -235,3 +235,30 @@ def test_a_run_gives_each_worker_ring_two_slots_per_rollout(concurrency: int, wo
     cfg = RunConfig(concurrency=concurrency, workers=workers, worker=WorkerConfig(endpoint="", slot_count=configured))
     assert pool_config(cfg, None).worker.slot_count == slots
     assert cfg.worker.slot_count == configured  # the run's own config is left as it was
+
+
+def test_unlink_segment_forgets_a_segment_removed_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attaching registers the segment with this process's resource tracker; when another process removes it
+    between the attach and the unlink, the registration must still be dropped (the tracker warns at exit else)."""
+    from browserpool import shm
+
+    ring = SlotRing(2, SLOT)
+    name = ring.name
+    forgotten: list[tuple[str, str]] = []
+    unregister = resource_tracker.unregister
+    attach = shm.shared_memory.SharedMemory
+
+    def attach_then_lose(*args: object, **kwargs: object) -> shared_memory.SharedMemory:
+        seg = attach(*args, **kwargs)  # type: ignore[arg-type]
+        ring.close()  # its owner unlinks it now
+        return seg
+
+    def record(name: str, rtype: str) -> None:
+        forgotten.append((name, rtype))
+        unregister(name, rtype)
+
+    monkeypatch.setattr(shm.shared_memory, "SharedMemory", attach_then_lose)
+    monkeypatch.setattr(shm.resource_tracker, "unregister", record)
+    unlink_segment(name)
+    assert (f"/{name.lstrip('/')}", "shared_memory") in forgotten
+    assert not shm_path(name).exists()
