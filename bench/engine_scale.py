@@ -41,6 +41,7 @@ import uvloop
 from bench.ceiling import CLICK
 from bench.null_worker import PAGE_URL, null_workers
 from browserpool.pool import BrowserPool
+from browserpool.protocol import MAX_SLOTS
 from engine.agent.prompts import AgentConfig
 from engine.config import RunConfig
 from engine.core import EngineCore, pool_config
@@ -109,24 +110,25 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
     directory goes below ``run_root`` (default: the temp directory)."""
     from bench.suites.overhead import pyspy_window
 
-    # A rollout holds up to two slots (its last frame until it is written and handed back, and the new one), and a
-    # worker has at most 4,096 (protocol.Hello): with fewer, frames travel inline and the level measures that.
-    workers = max(workers, -(-2 * n // 4000))
+    # The pool gives a worker's ring two slots per rollout (engine.core.pool_config), and a ring has at most
+    # MAX_SLOTS: enough workers that two per rollout fit (with fewer, frames would travel inline).
+    workers = max(workers, -(-2 * n // (MAX_SLOTS - 96)))
     me = psutil.Process()
     uss0 = me.memory_full_info().uss  # everything imported, nothing started (USS: the workers' rings left out)
-    slots = 2 * -(-n // workers) + 64
     # Enough episodes that none runs out in the window (each one ends after steps_per_episode steps).
     samples = max(3, -(-int(2 * seconds * 2500) // (steps_per_episode * n)))
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=run_root) as tmp, contextlib.ExitStack() as stack:
         endpoint = f"ipc://{tmp}/engine.sock"
         cfg = RunConfig(concurrency=n, workers=workers, telemetry=None, listen=endpoint, spawn_workers=False,
                         policy_concurrency=max(128, n), output_dir=tmp)
-        procs = stack.enter_context(null_workers(endpoint, workers, slots))
-        store = RunStore(os.path.join(tmp, "run"))
         # A null worker's page load is instant: the cap on loads in flight per worker (there for Chromium) would
         # only stretch the start-up of thousands of rollouts, which is not what this measures.
-        pool = BrowserPool(dataclasses.replace(pool_config(cfg, os.path.join(tmp, "workers.log")),
-                                               opens_per_worker=OPENS_PER_NULL_WORKER))
+        pcfg = dataclasses.replace(pool_config(cfg, os.path.join(tmp, "workers.log")),
+                                   opens_per_worker=OPENS_PER_NULL_WORKER)
+        # The null workers' rings: the size the pool gives a browser worker for this run.
+        procs = stack.enter_context(null_workers(endpoint, workers, pcfg.worker.slot_count))
+        store = RunStore(os.path.join(tmp, "run"))
+        pool = BrowserPool(pcfg)
         try:
             await pool.start()
             core = EngineCore(cfg, pool=pool, store=store)

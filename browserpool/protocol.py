@@ -32,6 +32,8 @@ Element = Annotated[list[int | float | str], msgspec.Meta(min_length=7, max_leng
 # The largest message either side accepts (ZeroMQ drops bigger ones before they reach Python: MAXMSGSIZE).
 # An inline JPEG of a 1280x768 viewport is ~100-400 KB; a Set-of-Marks element list a few hundred KB at most.
 MAX_MESSAGE_BYTES = 16 << 20
+# The most screenshot slots a worker's ring may announce (Hello.slot_count).
+MAX_SLOTS = 4096
 
 
 class BrowserAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -151,7 +153,7 @@ class Hello(Message, tag="hello"):
     browser_pid: Count
     browser_version: ShortText
     shm_name: ShortText | None
-    slot_count: Annotated[int, msgspec.Meta(ge=0, le=4096)]
+    slot_count: Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)]
     slot_size: Annotated[int, msgspec.Meta(ge=0, le=MAX_MESSAGE_BYTES)]
     protocol: int = PROTOCOL_VERSION
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from browserpool.auth import KeyFileError, ServerKeys
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
+from browserpool.protocol import MAX_SLOTS
 from engine.blocklist import Blocklist
 from engine.config import RunConfig
 from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
@@ -70,9 +71,8 @@ def pool_config(cfg: RunConfig, log_path: str | None, secret_env: Iterable[str] 
     """The browser pool's settings for a run of ``cfg``."""
     per_worker = -(-cfg.concurrency // cfg.workers)
     # A rollout holds up to two screenshot slots (its last frame until it is written and handed back, and the new
-    # one); with fewer slots than that, frames travel inline through the socket, a copy each way. At most 4,096
-    # (protocol.Hello).
-    slots = min(4096, max(cfg.worker.slot_count, 2 * per_worker))
+    # one); with fewer slots than that, frames travel inline through the socket, a copy each way.
+    slots = min(MAX_SLOTS, max(cfg.worker.slot_count, 2 * per_worker))
     worker = cfg.worker if slots == cfg.worker.slot_count else replace(cfg.worker, slot_count=slots)
     return PoolConfig(workers=cfg.workers, worker=worker, listen=cfg.listen, spawn=cfg.spawn_workers,
                       max_episodes_per_worker=max(2 * per_worker, per_worker + 4),

@@ -275,12 +275,7 @@ class Rollout:
             episode = {"episode_id": self.episode_id, "task_id": self.task.task_id, "sample": self.sample}
             page_args["setup_js"] = f"window.WEBGYM_EPISODE = {json.dumps(episode)};\n{page_args['setup_js']}"
         self.page_state: dict[str, Any] | None = None  # the probe's last readable result
-        paced = await self._pace(self.task.website)
-        if paced:
-            self.timings["pace_ms"] = round(paced * 1000, 1)
-        stored = await self.ctx.store.frame_room()
-        if stored:
-            self.timings["store_wait_ms"] = round(stored * 1000, 1)
+        await self._before_action(self.task.website, self.timings)
         t = time.monotonic()
         obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
@@ -344,12 +339,7 @@ class Rollout:
         else:
             # The site the action goes to (a wait sends nothing): the per-domain rate counts it.
             target = action.url if action.name == "navigate" and action.url else self.current.url
-            paced = await self._pace(target) if action.name != "wait" else 0.0
-            if paced:
-                timings["pace_ms"] = round(paced * 1000, 1)
-            stored = await self.ctx.store.frame_room()
-            if stored:  # the screenshots queued to be written were too many: the disk is slower than the run
-                timings["store_wait_ms"] = round(stored * 1000, 1)
+            await self._before_action(target if action.name != "wait" else None, timings)
             self._set(State.RUNNING, Op.EXECUTE)
             try:
                 obs, frame = await self.session.act(action.to_browser())
@@ -448,6 +438,17 @@ class Rollout:
         get); the real URL stays in ``page_url`` for the engine's own URL checks. Returns what was cut."""
         self.page_url = obs.url if isinstance(obs.url, str) else ""
         return bound_observation(obs, self.ctx.settings.page_limits)
+
+    async def _before_action(self, url: str | None, timings: dict[str, float]) -> None:
+        """Wait for the site's turn (``url``; None: the action sends nothing to a site) and for room among the
+        screenshots queued to be written (too many: the disk is slower than the run); what was waited goes into
+        ``timings`` as ``pace_ms`` and ``store_wait_ms``."""
+        paced = await self._pace(url) if url is not None else 0.0
+        if paced:
+            timings["pace_ms"] = round(paced * 1000, 1)
+        stored = await self.ctx.store.frame_room()
+        if stored:
+            timings["store_wait_ms"] = round(stored * 1000, 1)
 
     async def _pace(self, url: str) -> float:
         """Wait for the site's turn (the run's per-domain action rate); the seconds waited."""
