@@ -171,7 +171,10 @@ def chromium_version() -> str | None:
 
 
 def git_revision() -> str | None:
-    """The checkout's commit, with ``-dirty`` when the working tree has changes."""
+    """The checkout's commit, with ``-dirty`` when the working tree has changes; ``WEBGYM_CODE_REVISION`` where the
+    code runs from a copy without its git history (a GPU machine's)."""
+    if os.environ.get("WEBGYM_CODE_REVISION"):
+        return os.environ["WEBGYM_CODE_REVISION"]
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10)

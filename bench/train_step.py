@@ -1,7 +1,8 @@
-"""A timed training step of a full-size Qwen2.5-VL-3B-shaped model (random weights), with and without gradient
-checkpointing.
+"""A timed training step of a full-size Qwen2.5-VL-3B-shaped model (random weights): the vision tower's attention
+before (transformers' loop) and after (one call per block), with and without activation checkpointing.
 
-    python -m bench.train_step [--batch 4] [--seq 2048] [--images 2] [--steps 5] [--vision-attention both]
+    python -m bench.train_step [--batch 1 4] [--seq 2048] [--images 2] [--steps 4] [--vision-attention both]
+        [--checkpointing off vision on] [--profile] [--json docs/benchmarks/train_step.json]
 
 The architecture is built in code (no download, nothing written to disk) directly on the GPU in bfloat16: text
 model 2048 wide, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocabulary 151,936; vision tower 32 blocks, 1280
@@ -10,11 +11,20 @@ wide, output 2048, patch 14, merge 2, window 112, full attention in blocks 7/15/
 default: 792 LLM tokens each) and a ``--reply``-token target at the end. One step is the trainer's own forward
 (:func:`train.trainer.label_logprobs`: logits only at the label positions, log-softmax in float32), the FBC
 token-mean NLL, backward, gradient clipping and an AdamW step (bf16 parameters and optimiser state, so that a
-3.75B-parameter model fits one 80 GB GPU; the trainer itself keeps float32 master weights). Printed per setting:
-seconds per step, tokens/s, peak GPU memory; a setting that runs out of memory says so. ``--vision-attention``
-picks the vision tower's attention (:mod:`policy.vision_attention`): ``varlen`` (the trainer's default: one call
-per block for all windows and images), ``default`` (transformers' loop, one call per window or image), or
-``both``, which times each on the same model and batch and prints the ratio.
+3.75B-parameter model fits one 80 GB GPU; the trainer itself keeps float32 master weights).
+
+Every combination of ``--batch``, ``--vision-attention`` (``varlen``: one call per block for all windows and
+images, the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``) and
+``--checkpointing`` (``off``, ``vision``: the tower's blocks only, ``on``: every layer) is timed on the same
+model. Printed per setting: seconds per step, tokens/s, model-FLOP utilisation, peak GPU memory (allocated and
+reserved); a setting that runs out of memory says so. Model FLOPs (:func:`step_flops`) are the usual
+6 x parameters x tokens of every matrix product each token or patch goes through (the language model's layers for
+every token, the vision blocks for every patch, the merger for every image token, the vocabulary projection for
+the label positions only, as the trainer computes it) plus the attention products (causal in the language model,
+per window or per image in the tower); a checkpointed recompute is not counted. Utilisation divides by the chip's
+dense bf16 peak (:data:`PEAK_BF16_TFLOPS`, or ``--peak-tflops``). ``--profile`` adds a PyTorch profile of two
+steps of the first setting: the kernels launched per step and the busiest kernels. ``--json`` stores it all
+(``bench.report`` convention) for ``bench.publish``.
 
 Without a CUDA GPU it prints a message and exits (status 0); ``--tiny --device cpu`` runs the same code on a
 tiny model of the same architecture, to check it.
@@ -27,6 +37,7 @@ import contextlib
 import gc
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 IMAGE_TOKEN, VISION_START, VISION_END, VIDEO_TOKEN = 151655, 151652, 151653, 151656
@@ -90,16 +101,73 @@ def synthetic_batch(batch: int, seq: int, images: int, height: int, width: int, 
     return out
 
 
-def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmup: int) -> tuple[float, float]:
-    """Mean seconds per training step (after ``warmup`` steps) and the peak GPU memory in GiB."""
+#: Dense bf16 peaks of the chips this is run on, in TFLOP/s (the vendors' datasheets, without sparsity).
+PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1}
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of a GPU named ``device_name`` (e.g. "NVIDIA H200"), or None when not known."""
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device_name), None)
+
+
+def _numel(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def window_sizes(grid_h: int, grid_w: int, merge: int, window: int) -> list[int]:
+    """Patches per attention window of one image in Qwen2.5-VL's windowed blocks: the merged grid cut into tiles of
+    ``window`` merged tokens a side from the top left (edge tiles smaller), ``merge**2`` patches per merged token."""
+    mh, mw = grid_h // merge, grid_w // merge
+    rows = [min(window, mh - r) for r in range(0, mh, window)]
+    cols = [min(window, mw - c) for c in range(0, mw, window)]
+    return [r * c * merge * merge for r in rows for c in cols]
+
+
+def step_flops(model: Any, batch: int, seq: int, images: int, height: int, width: int, reply: int) -> float:
+    """Model FLOPs of one training step (forward and backward: 3 x the forward's 2 x multiply-adds), counted as the
+    module docstring says, from the model's own parameter counts and configuration."""
+    config = model.config
+    text, vision = config.text_config, config.vision_config
+    lm = model.model.language_model
+    tower = model.model.visual
+    patch, merge = vision.patch_size, vision.spatial_merge_size
+    grid_h, grid_w = height // patch, width // patch
+    patches = grid_h * grid_w  # per image
+    merged = patches // (merge * merge)
+    n_images = batch * images
+    dense = (_numel(lm.layers) * batch * seq + _numel(tower.blocks) * n_images * patches
+             + _numel(tower.merger) * n_images * merged + text.hidden_size * text.vocab_size * batch * reply)
+    # Attention: QK^T and AV, 2 x 2 x q x k x width forward each; the language model's is causal (half).
+    lm_attn = 4 * text.num_hidden_layers * batch * (seq * seq / 2) * text.num_attention_heads * (
+        text.hidden_size // text.num_attention_heads)
+    full = set(getattr(vision, "fullatt_block_indexes", None) or range(vision.depth))
+    win = getattr(vision, "window_size", 0) // (patch * merge)
+    per_image_windowed = sum(w * w for w in window_sizes(grid_h, grid_w, merge, win)) if win else patches * patches
+    vision_attn = 4 * vision.hidden_size * n_images * (len(full) * patches * patches
+                                                       + (vision.depth - len(full)) * per_image_windowed)
+    return 3 * (2 * dense + lm_attn + vision_attn)
+
+
+def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmup: int,
+               profile: bool = False) -> tuple[float, float | None, float | None, dict[str, Any] | None]:
+    """Mean seconds per training step (after ``warmup`` steps), the peak GPU memory allocated and reserved in GiB,
+    (None off a GPU) and (``profile``) what a PyTorch profile of two more steps shows."""
     import torch
 
     from train.logprobs import label_logprobs
 
     params = [p for p in model.parameters() if p.requires_grad]
-    fused = device.type == "cuda"
-    optimizer = torch.optim.AdamW(params, lr=1e-6, fused=fused)
     cuda = device.type == "cuda"
+    optimizer = torch.optim.AdamW(params, lr=1e-6, fused=cuda)
+
+    def step() -> None:
+        logp, _, _, _ = label_logprobs(model, batch, device)
+        loss = -logp.mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     times = []
@@ -107,36 +175,95 @@ def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmu
         if cuda:
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        logp, _, _, _ = label_logprobs(model, batch, device)
-        loss = -logp.mean()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        step()
         if cuda:
             torch.cuda.synchronize(device)
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")
-    del optimizer
-    return sum(times) / len(times), peak
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+    reserved = torch.cuda.max_memory_reserved(device) / 2**30 if cuda else None
+    found = profile_steps(step, device, 2) if profile else None
+    return sum(times) / len(times), peak, reserved, found
+
+
+def profile_steps(step: Any, device: Any, steps: int, top: int = 12) -> dict[str, Any]:
+    """Kernels launched per step, GPU time against wall time, and the ``top`` kernels by GPU time, over ``steps``
+    steps under the PyTorch profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu_us = sum(e.device_time for e in kernels)
+    by_name: dict[str, list[float]] = {}
+    for e in kernels:
+        by_name.setdefault(e.name, []).append(e.device_time)
+    busiest = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return {"steps": steps, "wall_ms_per_step": round(wall * 1000 / steps, 1),
+            "kernels_per_step": round(len(kernels) / steps),
+            "gpu_busy_ms_per_step": round(gpu_us / 1000 / steps, 1),
+            "top_kernels": [{"name": name[:120], "ms_per_step": round(sum(t) / 1000 / steps, 2),
+                             "calls_per_step": round(len(t) / steps, 1)} for name, t in busiest]}
+
+
+def summary_rows(results: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
+    """The headline rows: for each batch, each setting's tokens/s and utilisation, and the varlen speed-up."""
+    from bench.report import row
+
+    rows = []
+    for r in results:
+        if r["tokens_per_s"] is None:
+            continue
+        name = f"{r['batch']} x {seq:,}, vision attention {r['vision_attention']}, checkpointing {r['checkpointing']}"
+        goal = r["batch"] == 1 and r["vision_attention"] == "varlen" and r["checkpointing"] == "off"
+        rows.append(row(f"{name}: tokens/s", r["tokens_per_s"], "tokens/s",
+                        ">= 8,000 (H200)" if goal else None, r["tokens_per_s"] >= 8000 if goal else None))
+        if r["mfu"] is not None:
+            rows.append(row(f"{name}: model-FLOP utilisation", 100 * r["mfu"], "%", ">= 35" if goal else None,
+                            r["mfu"] >= 0.35 if goal else None))
+        fits = r["batch"] > 1 and r["vision_attention"] == "varlen" and r["checkpointing"] == "vision"
+        if r["peak_reserved_gib"] is not None:
+            rows.append(row(f"{name}: peak memory reserved", r["peak_reserved_gib"], "GiB",
+                            "fits an H100 80GB (79.6 GiB): <= 79 GiB" if fits else None,
+                            r["peak_reserved_gib"] <= 79 if fits else None))
+    for r in results:
+        if r["vision_attention"] != "varlen" or r["tokens_per_s"] is None:
+            continue
+        before = next((b for b in results if b["vision_attention"] == "default" and b["batch"] == r["batch"]
+                       and b["checkpointing"] == r["checkpointing"] and b["tokens_per_s"]), None)
+        if before:
+            rows.append(row(f"{r['batch']} x {seq:,}, checkpointing {r['checkpointing']}: varlen / default tokens/s",
+                            r["tokens_per_s"] / before["tokens_per_s"], "x"))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Timed training step of a Qwen2.5-VL-3B-shaped model.")
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 4], help="sequences per step (each is timed)")
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--images", type=int, default=2, help="screenshots per sequence")
     parser.add_argument("--image-size", default="1008x616", help="WIDTHxHEIGHT, multiples of 28")
     parser.add_argument("--reply", type=int, default=256, help="target tokens per sequence")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="a tiny model of the same architecture (a CPU check)")
-    parser.add_argument("--checkpointing", choices=("both", "on", "off"), default="both")
-    parser.add_argument("--vision-attention", choices=("varlen", "default", "both"), default="varlen",
+    parser.add_argument("--checkpointing", nargs="+", choices=("off", "vision", "on"), default=["off", "vision", "on"],
+                        help="activation checkpointing: none, the vision tower's blocks only, every layer")
+    parser.add_argument("--vision-attention", choices=("varlen", "default", "both"), default="both",
                         help="the vision tower's attention: varlen (one call per block), default (transformers' "
                              "loop over windows and images), or both, to compare them in one run")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the chip's dense bf16 peak (default: known "
+                        "chips' datasheet figure)")
+    parser.add_argument("--profile", action="store_true", help="profile two steps of the first setting")
+    parser.add_argument("--json", type=Path, default=None, help="store the results here (bench.report convention)")
     args = parser.parse_args(argv)
 
     import torch
@@ -161,44 +288,69 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    peak = args.peak_tflops or (peak_tflops(name) if device.type == "cuda" else None)
     print(f"Qwen2.5-VL-3B architecture{' (tiny)' if args.tiny else ''}: {n_params / 1e9:.2f}B parameters, "
-          f"{dtype}, built on {name} in {time.perf_counter() - t0:.1f} s")
-    batch = synthetic_batch(args.batch, args.seq, args.images, height, width, args.reply,
-                            mm_token_types=model_wants_mm_token_types(model))
+          f"{dtype}, built on {name} in {time.perf_counter() - t0:.1f} s; bf16 peak "
+          f"{f'{peak:g} TFLOP/s' if peak else 'unknown (no utilisation printed)'}")
     per_image = (height // 28) * (width // 28)
-    print(f"batch: {args.batch} x {args.seq} tokens, {args.images} screenshots of {width}x{height} "
-          f"({per_image} tokens each) per sequence, {args.reply} target tokens per sequence")
-    checkpointing_settings = {"both": [False, True], "on": [True], "off": [False]}[args.checkpointing]
+    wants_types = model_wants_mm_token_types(model)
+    checkpointing_value = {"off": False, "vision": "vision", "on": True}
     vision_settings = ["default", "varlen"] if args.vision_attention == "both" else [args.vision_attention]
-    tokens = args.batch * args.seq
-    results: dict[tuple[str, bool], float | None] = {}
-    for vision in vision_settings:
-        used = set_vision_attention(model, vision)
-        for checkpointing in checkpointing_settings:
-            set_checkpointing(model, checkpointing)
-            label = f"vision attention {vision} ({used}), gradient checkpointing {'on ' if checkpointing else 'off'}"
-            try:
-                step_s, peak = time_steps(model, batch, device, args.steps, args.warmup)
-            except torch.OutOfMemoryError:
-                print(f"{label}: out of GPU memory")
-                results[vision, checkpointing] = None
-            else:
-                results[vision, checkpointing] = tokens / step_s
-                print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s, peak memory {peak:.1f} GiB")
-            model.zero_grad(set_to_none=True)
-            gc.collect()
-            if device.type == "cuda":
-                with contextlib.suppress(Exception):
-                    torch.cuda.empty_cache()
-    for vision in vision_settings:
-        with_ckpt, without = results.get((vision, True)), results.get((vision, False))
-        if with_ckpt and without:
-            print(f"vision attention {vision}: checkpointing costs {without / with_ckpt:.2f}x in speed")
-    for checkpointing in checkpointing_settings:
-        before, after = results.get(("default", checkpointing)), results.get(("varlen", checkpointing))
-        if before and after:
-            print(f"checkpointing {'on' if checkpointing else 'off'}: varlen vision attention is "
-                  f"{after / before:.2f}x the default's tokens/s")
+    results: list[dict[str, Any]] = []
+    profiled = None
+    for n in args.batch:
+        batch = synthetic_batch(n, args.seq, args.images, height, width, args.reply, mm_token_types=wants_types)
+        flops = step_flops(model, n, args.seq, args.images, height, width, args.reply)
+        tokens = n * args.seq
+        print(f"batch: {n} x {args.seq} tokens, {args.images} screenshots of {width}x{height} ({per_image} tokens "
+              f"each) per sequence, {args.reply} target tokens per sequence; {flops / 1e12:.1f} TFLOP per step")
+        for vision in vision_settings:
+            used = set_vision_attention(model, vision)
+            for ckpt in args.checkpointing:
+                set_checkpointing(model, checkpointing_value[ckpt])
+                label = f"  vision attention {vision} ({used}), checkpointing {ckpt:>6}"
+                found = {"batch": n, "vision_attention": vision, "implementation": used, "checkpointing": ckpt,
+                         "step_s": None, "tokens_per_s": None, "mfu": None, "peak_allocated_gib": None,
+                         "peak_reserved_gib": None, "out_of_memory": False}
+                try:
+                    step_s, allocated, reserved, prof = time_steps(model, batch, device, args.steps, args.warmup,
+                                                                   profile=args.profile and profiled is None)
+                except torch.OutOfMemoryError:
+                    print(f"{label}: out of GPU memory")
+                    found["out_of_memory"] = True
+                else:
+                    mfu = flops / step_s / (peak * 1e12) if peak else None
+                    found.update(step_s=round(step_s, 4), tokens_per_s=round(tokens / step_s, 1),
+                                 mfu=round(mfu, 4) if mfu is not None else None,
+                                 peak_allocated_gib=allocated and round(allocated, 2),
+                                 peak_reserved_gib=reserved and round(reserved, 2))
+                    memory = f", peak memory {allocated:.1f} GiB allocated, {reserved:.1f} GiB reserved" if (
+                        allocated is not None and reserved is not None) else ""
+                    print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s"
+                          f"{f', {100 * mfu:.1f}% MFU' if mfu is not None else ''}{memory}")
+                    if prof:
+                        profiled = {"setting": label.strip(), **prof}
+                        print(f"    profile: {prof['kernels_per_step']} kernels per step, GPU busy "
+                              f"{prof['gpu_busy_ms_per_step']} of {prof['wall_ms_per_step']} ms")
+                        for k in prof["top_kernels"]:
+                            print(f"      {k['ms_per_step']:8.2f} ms {k['calls_per_step']:7.1f} calls  {k['name']}")
+                results.append(found)
+                model.zero_grad(set_to_none=True)
+                gc.collect()
+                if device.type == "cuda":
+                    with contextlib.suppress(Exception):
+                        torch.cuda.empty_cache()
+    rows = summary_rows(results, args.seq)
+    for r in rows:
+        if r["unit"] == "x":
+            print(f"{r['figure']}: {r['value']:.2f}x")
+    if args.json:
+        from bench.report import write_result
+
+        config_out = vars(args) | {"json": None, "device_name": name, "peak_bf16_tflops": peak,
+                                   "parameters": n_params}
+        write_result(args.json, "train_step", config_out, rows, [], [], settings=results, profile=profiled)
+        print(f"stored in {args.json}")
     return 0
 
 

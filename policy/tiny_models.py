@@ -108,7 +108,7 @@ def _vision_config(arch: str, hidden: int) -> dict[str, Any]:
 
 def build_tiny_model(
     out_dir: str | Path, arch: str = "qwen2_vl", seed: int = 0, *, hidden_size: int = 64, num_layers: int = 2,
-    min_pixels: int | None = None, max_pixels: int | None = None,
+    min_pixels: int | None = None, max_pixels: int | None = None, vision: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny random ``arch`` model directory to ``out_dir`` (created if needed) and return its path.
 
@@ -116,7 +116,8 @@ def build_tiny_model(
     gives the same model every time. ``min_pixels``/``max_pixels`` go to the image processor's config;
     by default they are small (4 to 16 merged patches' worth of area: a 320x200 screenshot becomes about
     15 image tokens), so tests stay fast. Loadable with ``AutoModelForImageTextToText``,
-    ``AutoTokenizer`` and :func:`policy.vision.load_vision_config`.
+    ``AutoTokenizer`` and :func:`policy.vision.load_vision_config`. ``vision`` overrides settings of the (tiny)
+    vision tower's config, e.g. a released model's tower size for a benchmark.
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
@@ -165,7 +166,7 @@ def build_tiny_model(
     max_px = max_pixels if max_pixels is not None else factor * factor * 16
 
     config = ConfigCls(
-        text_config=text, vision_config=_vision_config(arch, hidden_size),
+        text_config=text, vision_config=_vision_config(arch, hidden_size) | (vision or {}),
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,

@@ -72,6 +72,7 @@ def test_config_from_toml_yaml_and_json(tmp_path: Path) -> None:
     ('model_dir = "m"\nlr = -1.0', "lr: must be > 0"),
     ('model_dir = "m"\nbatch_size = 1.5', "batch_size: expected an integer"),
     ('model_dir = "m"\nbf16 = "maybe"', "bf16: must be"),
+    ('model_dir = "m"\ngradient_checkpointing = "text"', "gradient_checkpointing: must be true, false or \"vision\""),
     ('model_dir = "m"\nbetas = [0.9]', "betas: expected a list of 2 numbers"),
     ('model_dir = "m"\nschedule = "linear"', "schedule: must be one of cosine, constant"),
     ('model_dir = "m"\n[agent]\nwindows = 2', "agent: unknown key 'windows'"),
@@ -352,14 +353,18 @@ def test_gradient_checkpointing_gives_the_same_gradients(tmp_path: Path, tiny_mo
 
     samples = samples_from_runs(config(tiny_model, tmp_path), [run_dir]).samples
     grads = []
-    for checkpointing in (False, True):
+    for checkpointing in (False, True, "vision"):
         trainer = Trainer(config(tiny_model, tmp_path, gradient_checkpointing=checkpointing), samples)
         trainer.optimizer_step([[0, 1]])
         layers = trainer.model.model.language_model.layers
-        assert all(getattr(layer, "gradient_checkpointing", False) == checkpointing for layer in layers)
+        blocks = trainer.model.model.visual.blocks
+        assert all(getattr(layer, "gradient_checkpointing", False) == (checkpointing is True) for layer in layers)
+        assert all(getattr(block, "gradient_checkpointing", False) == bool(checkpointing) for block in blocks)
         grads.append({k: p.grad.clone() for k, p in trainer.model.named_parameters() if p.grad is not None})
-    for k in grads[0]:
-        assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-4, atol=1e-6), k
+    for other in grads[1:]:
+        assert other.keys() == grads[0].keys()
+        for k in grads[0]:
+            assert torch.allclose(grads[0][k], other[k], rtol=1e-4, atol=1e-6), k
 
 
 def test_train_writes_checkpoints_metrics_and_plots_and_the_checkpoint_generates(

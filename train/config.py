@@ -69,7 +69,7 @@ class TrainConfig:
     packing: bool = False
     max_grad_norm: float = 1.0  # 0 turns clipping off (the norm is still logged)
     bf16: bool | str = "auto"  # "auto": bf16 autocast on CUDA devices that support it; True forces, False never
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | str = False  # true | false | "vision" (the vision tower's blocks only)
     device: str = "auto"  # auto (CUDA when available) | cpu | cuda | cuda:N; under torchrun: cuda:LOCAL_RANK or cpu
     cpu_threads: int | None = None  # torch.set_num_threads for CPU training (None: torch's default)
     attn_implementation: str | None = None  # passed to from_pretrained (None: transformers' default, SDPA)
@@ -128,6 +128,8 @@ class TrainConfig:
         need(self.loss_weight in ("uniform", "recency"), "loss_weight", "must be uniform or recency")
         need(self.save_dtype in ("auto", "bfloat16", "float32"), "save_dtype", "must be auto, bfloat16 or float32")
         need(self.bf16 in ("auto", True, False), "bf16", 'must be "auto", true or false')
+        need(self.gradient_checkpointing in (True, False, "vision"), "gradient_checkpointing",
+             'must be true, false or "vision" (the vision tower only)')
         need(self.vision_attention in VISION_ATTENTION_MODES, "vision_attention",
              f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
         need(math.isfinite(self.lr) and self.lr > 0, "lr", "must be > 0")

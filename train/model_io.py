@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from policy.vision_attention import set_vision_attention
+from policy.vision_attention import set_vision_attention, vision_towers
 
 #: Files of a model directory that the checkpoint takes from the source (save_pretrained writes the rest).
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5")
@@ -57,15 +57,31 @@ def load_model(model_dir: str | Path, dtype: Any = None, attn_implementation: st
     return model
 
 
-def set_checkpointing(model: Any, on: bool) -> None:
-    """Activation (gradient) checkpointing of every decoder layer and vision block, non-reentrant (works with
-    FSDP2 and with inputs that need no grad); transformers >= 5.2x names it ``activation_checkpointing_*``."""
+#: ``gradient_checkpointing`` settings besides true and false: the vision tower's blocks only.
+CHECKPOINT_VISION = "vision"
+
+
+def set_checkpointing(model: Any, on: bool | str) -> None:
+    """Activation (gradient) checkpointing, non-reentrant (works with FSDP2 and with inputs that need no grad):
+    ``True`` for every decoder layer and vision block, ``False`` for none, ``"vision"`` for the vision tower's
+    blocks only (a screenshot's thousands of patches through every block hold much of a step's activations, while
+    the language model then runs without a recompute). transformers >= 5.2x names it ``activation_checkpointing_*``."""
+    if on not in (True, False, CHECKPOINT_VISION):
+        raise ValueError(f"checkpointing must be true, false or {CHECKPOINT_VISION!r}, not {on!r}")
     if on:
         kwargs = {"use_reentrant": False}
         if hasattr(model, "activation_checkpointing_enable"):
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        if on == CHECKPOINT_VISION:
+            towers = vision_towers(model)
+            if not towers:
+                raise ValueError(f"{type(model).__name__} has no vision tower to checkpoint on its own")
+            inside = {id(m) for m in towers[0].modules()}
+            for module in model.modules():
+                if id(module) not in inside and hasattr(module, "gradient_checkpointing"):
+                    module.gradient_checkpointing = False
     elif hasattr(model, "activation_checkpointing_disable"):
         model.activation_checkpointing_disable()
     else:

@@ -170,7 +170,7 @@ class Trainer:
 
         self.collate = Collator.for_processing(self.proc, mm_token_types=model_wants_mm_token_types(self.model))
         if cfg.gradient_checkpointing:
-            set_checkpointing(self.model, True)
+            set_checkpointing(self.model, cfg.gradient_checkpointing)
         self.model.to(self.device)
         self.sharded = False
         if self.dist.distributed:

@@ -1,5 +1,6 @@
 """The ``policy`` suite: Only where CUDA is available: ``bench/policy.py``, the ``hf`` backend's dynamic batching on a
-random-weight Qwen2.5-VL architecture with a full-size language model (hidden 3584, 28 layers; built offline), one
+random-weight Qwen2.5-VL architecture with a full-size language model (hidden 3584, 28 layers) and the released
+models' vision tower (built offline), one
 1280x768 screenshot per request: requests/s and generated tokens/s against the number of concurrent requests.
 """
 
@@ -43,7 +44,8 @@ async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -
     for rep in range(cfg["repeats"]):
         args = argparse.Namespace(arch="qwen2_5_vl", device="cuda", hidden_size=cfg["hidden_size"],
                                   layers=cfg["layers"], max_pixels=1280 * 28 * 28, tokens=cfg["tokens"],
-                                  seconds=cfg["seconds"], concurrency=cfg["concurrency"])
+                                  seconds=cfg["seconds"], concurrency=cfg["concurrency"],
+                                  vision="full", vision_attention="varlen")
         rows = await policy_bench.main_async(args)
         for r in rows:
             c = r["concurrency"]
