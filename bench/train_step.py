@@ -1,8 +1,8 @@
 """A timed training step of a full-size Qwen2.5-VL-3B-shaped model (random weights): the vision tower's attention
-before (transformers' loop) and after (one call per block), with and without activation checkpointing.
+and MLP as transformers runs them and as the trainer does, with and without activation checkpointing.
 
     python -m bench.train_step [--batch 1 4] [--seq 2048] [--images 2] [--steps 4] [--vision-attention both]
-        [--checkpointing off vision on] [--profile] [--json docs/benchmarks/train_step.json]
+        [--vision-mlp both] [--checkpointing off vision on] [--profile] [--json docs/benchmarks/train_step.json]
 
 The architecture is built in code (no download, nothing written to disk) directly on the GPU in bfloat16: text
 model 2048 wide, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocabulary 151,936; vision tower 32 blocks, 1280
@@ -14,17 +14,18 @@ token-mean NLL, backward, gradient clipping and an AdamW step (bf16 parameters a
 3.75B-parameter model fits one 80 GB GPU; the trainer itself keeps float32 master weights).
 
 Every combination of ``--batch``, ``--vision-attention`` (``varlen``: one call per block for all windows and
-images, the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``) and
-``--checkpointing`` (``off``, ``vision``: the tower's blocks only, ``on``: every layer) is timed on the same
-model. Printed per setting: seconds per step, tokens/s, model-FLOP utilisation, peak GPU memory (allocated and
-reserved); a setting that runs out of memory says so. Model FLOPs (:func:`step_flops`) are the usual
-6 x parameters x tokens of every matrix product each token or patch goes through (the language model's layers for
-every token, the vision blocks for every patch, the merger for every image token, the vocabulary projection for
-the label positions only, as the trainer computes it) plus the attention products (causal in the language model,
-per window or per image in the tower); a checkpointed recompute is not counted. Utilisation divides by the chip's
-dense bf16 peak (:data:`PEAK_BF16_TFLOPS`, or ``--peak-tflops``). ``--profile`` adds a PyTorch profile of two
-steps of the first setting: the kernels launched per step and the busiest kernels. ``--json`` stores it all
-(``bench.report`` convention) for ``bench.publish``.
+images, the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``),
+``--vision-mlp`` (``aligned``: the MLP's 3,420-wide intermediate padded to 3,424, :mod:`policy.vision_mlp`;
+``default``; ``both``) and ``--checkpointing`` (``off``, ``vision``: the tower's blocks only, ``on``: every layer)
+is timed on the same model. Printed per setting: seconds per step, tokens/s, model-FLOP utilisation, peak GPU
+memory (allocated and reserved); a setting that runs out of memory says so. Model FLOPs (:func:`step_flops`) are
+the usual 6 x parameters x tokens of every matrix product each token or patch goes through (the language model's
+layers for every token, the vision blocks for every patch, the merger for every image token, the vocabulary
+projection for the label positions only, as the trainer computes it) plus the attention products (causal in the
+language model, per window or per image in the tower); a checkpointed recompute is not counted. Utilisation
+divides by the chip's dense bf16 peak (:data:`PEAK_BF16_TFLOPS`, or ``--peak-tflops``). ``--profile`` adds a
+PyTorch profile of two more steps of each setting: kernels launched per step, the GPU's busy time, the busiest
+kernels. ``--json`` stores it all (``bench.report`` convention) for ``bench.publish``.
 
 Without a CUDA GPU it prints a message and exits (status 0); ``--tiny --device cpu`` runs the same code on a
 tiny model of the same architecture, to check it.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -214,33 +216,42 @@ def profile_steps(step: Any, device: Any, steps: int, top: int = 12) -> dict[str
 
 
 def summary_rows(results: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
-    """The headline rows: for each batch, each setting's tokens/s and utilisation, and the varlen speed-up."""
+    """The headline rows: each setting's tokens/s, utilisation and memory (the goals on the varlen settings with the
+    aligned MLP where it was measured), then varlen / default attention and aligned / default MLP speed-ups."""
     from bench.report import row
 
+    mlps = {r["vision_mlp"] for r in results}
+    primary = "aligned" if "aligned" in mlps else next(iter(mlps), None)
     rows = []
     for r in results:
         if r["tokens_per_s"] is None:
             continue
-        name = f"{r['batch']} x {seq:,}, vision attention {r['vision_attention']}, checkpointing {r['checkpointing']}"
-        goal = r["batch"] == 1 and r["vision_attention"] == "varlen" and r["checkpointing"] == "off"
+        name = (f"{r['batch']} x {seq:,}, vision attention {r['vision_attention']}, MLP {r['vision_mlp']}, "
+                f"checkpointing {r['checkpointing']}")
+        best = r["vision_attention"] == "varlen" and r["vision_mlp"] == primary
+        goal = best and r["batch"] == 1 and r["checkpointing"] == "off"
         rows.append(row(f"{name}: tokens/s", r["tokens_per_s"], "tokens/s",
                         ">= 8,000 (H200)" if goal else None, r["tokens_per_s"] >= 8000 if goal else None))
         if r["mfu"] is not None:
             rows.append(row(f"{name}: model-FLOP utilisation", 100 * r["mfu"], "%", ">= 35" if goal else None,
                             r["mfu"] >= 0.35 if goal else None))
-        fits = r["batch"] > 1 and r["vision_attention"] == "varlen" and r["checkpointing"] == "vision"
+        fits = best and r["batch"] > 1 and r["checkpointing"] == "vision"
         if r["peak_reserved_gib"] is not None:
             rows.append(row(f"{name}: peak memory reserved", r["peak_reserved_gib"], "GiB",
                             "fits an H100 80GB (79.6 GiB): <= 79 GiB" if fits else None,
                             r["peak_reserved_gib"] <= 79 if fits else None))
-    for r in results:
-        if r["vision_attention"] != "varlen" or r["tokens_per_s"] is None:
-            continue
-        before = next((b for b in results if b["vision_attention"] == "default" and b["batch"] == r["batch"]
-                       and b["checkpointing"] == r["checkpointing"] and b["tokens_per_s"]), None)
-        if before:
-            rows.append(row(f"{r['batch']} x {seq:,}, checkpointing {r['checkpointing']}: varlen / default tokens/s",
-                            r["tokens_per_s"] / before["tokens_per_s"], "x"))
+    for key, after, before in (("vision_attention", "varlen", "default"), ("vision_mlp", "aligned", "default")):
+        for r in results:
+            if r[key] != after or r["tokens_per_s"] is None:
+                continue
+            base = next((b for b in results if b[key] == before and b["tokens_per_s"]
+                         and all(b[k] == r[k] for k in ("batch", "checkpointing", "vision_attention", "vision_mlp")
+                                 if k != key)), None)
+            if base:
+                other = "vision_mlp" if key == "vision_attention" else "vision_attention"
+                rows.append(row(f"{r['batch']} x {seq:,}, {other.replace('vision_', '')} {r[other]}, checkpointing "
+                                f"{r['checkpointing']}: {key.replace('vision_', '')} {after} / {before} tokens/s",
+                                r["tokens_per_s"] / base["tokens_per_s"], "x"))
     return rows
 
 
@@ -260,9 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vision-attention", choices=("varlen", "default", "both"), default="both",
                         help="the vision tower's attention: varlen (one call per block), default (transformers' "
                              "loop over windows and images), or both, to compare them in one run")
+    parser.add_argument("--vision-mlp", choices=("aligned", "default", "both"), default="both",
+                        help="the vision MLP: aligned (intermediate width padded to a multiple of 8, "
+                             "policy.vision_mlp) or default (transformers' own), or both")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the chip's dense bf16 peak (default: known "
                         "chips' datasheet figure)")
-    parser.add_argument("--profile", action="store_true", help="profile two steps of the first setting")
+    parser.add_argument("--profile", action="store_true", help="profile two more steps of every setting")
     parser.add_argument("--json", type=Path, default=None, help="store the results here (bench.report convention)")
     args = parser.parse_args(argv)
 
@@ -276,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from policy.vision_attention import set_vision_attention
+    from policy.vision_mlp import set_vision_mlp
     from train.model_io import set_checkpointing
     from train.samples import model_wants_mm_token_types
 
@@ -296,50 +311,51 @@ def main(argv: list[str] | None = None) -> int:
     wants_types = model_wants_mm_token_types(model)
     checkpointing_value = {"off": False, "vision": "vision", "on": True}
     vision_settings = ["default", "varlen"] if args.vision_attention == "both" else [args.vision_attention]
+    mlp_settings = ["default", "aligned"] if args.vision_mlp == "both" else [args.vision_mlp]
     results: list[dict[str, Any]] = []
-    profiled = None
     for n in args.batch:
         batch = synthetic_batch(n, args.seq, args.images, height, width, args.reply, mm_token_types=wants_types)
         flops = step_flops(model, n, args.seq, args.images, height, width, args.reply)
         tokens = n * args.seq
         print(f"batch: {n} x {args.seq} tokens, {args.images} screenshots of {width}x{height} ({per_image} tokens "
               f"each) per sequence, {args.reply} target tokens per sequence; {flops / 1e12:.1f} TFLOP per step")
-        for vision in vision_settings:
+        for vision, mlp, ckpt in itertools.product(vision_settings, mlp_settings, args.checkpointing):
             used = set_vision_attention(model, vision)
-            for ckpt in args.checkpointing:
-                set_checkpointing(model, checkpointing_value[ckpt])
-                label = f"  vision attention {vision} ({used}), checkpointing {ckpt:>6}"
-                found = {"batch": n, "vision_attention": vision, "implementation": used, "checkpointing": ckpt,
-                         "step_s": None, "tokens_per_s": None, "mfu": None, "peak_allocated_gib": None,
-                         "peak_reserved_gib": None, "out_of_memory": False}
-                try:
-                    step_s, allocated, reserved, prof = time_steps(model, batch, device, args.steps, args.warmup,
-                                                                   profile=args.profile and profiled is None)
-                except torch.OutOfMemoryError:
-                    print(f"{label}: out of GPU memory")
-                    found["out_of_memory"] = True
-                else:
-                    mfu = flops / step_s / (peak * 1e12) if peak else None
-                    found.update(step_s=round(step_s, 4), tokens_per_s=round(tokens / step_s, 1),
-                                 mfu=round(mfu, 4) if mfu is not None else None,
-                                 peak_allocated_gib=allocated and round(allocated, 2),
-                                 peak_reserved_gib=reserved and round(reserved, 2))
-                    memory = f", peak memory {allocated:.1f} GiB allocated, {reserved:.1f} GiB reserved" if (
-                        allocated is not None and reserved is not None) else ""
-                    print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s"
-                          f"{f', {100 * mfu:.1f}% MFU' if mfu is not None else ''}{memory}")
-                    if prof:
-                        profiled = {"setting": label.strip(), **prof}
-                        print(f"    profile: {prof['kernels_per_step']} kernels per step, GPU busy "
-                              f"{prof['gpu_busy_ms_per_step']} of {prof['wall_ms_per_step']} ms")
-                        for k in prof["top_kernels"]:
-                            print(f"      {k['ms_per_step']:8.2f} ms {k['calls_per_step']:7.1f} calls  {k['name']}")
-                results.append(found)
-                model.zero_grad(set_to_none=True)
-                gc.collect()
-                if device.type == "cuda":
-                    with contextlib.suppress(Exception):
-                        torch.cuda.empty_cache()
+            padded = set_vision_mlp(model, mlp)
+            set_checkpointing(model, checkpointing_value[ckpt])
+            label = f"  vision attention {vision} ({used}), MLP {mlp} ({padded} padded), checkpointing {ckpt:>6}"
+            found = {"batch": n, "vision_attention": vision, "implementation": used, "vision_mlp": mlp,
+                     "mlps_padded": padded, "checkpointing": ckpt,
+                     "step_s": None, "tokens_per_s": None, "mfu": None, "peak_allocated_gib": None,
+                     "peak_reserved_gib": None, "out_of_memory": False}
+            try:
+                step_s, allocated, reserved, prof = time_steps(model, batch, device, args.steps, args.warmup,
+                                                               profile=args.profile)
+            except torch.OutOfMemoryError:
+                print(f"{label}: out of GPU memory")
+                found["out_of_memory"] = True
+            else:
+                mfu = flops / step_s / (peak * 1e12) if peak else None
+                found.update(step_s=round(step_s, 4), tokens_per_s=round(tokens / step_s, 1),
+                             mfu=round(mfu, 4) if mfu is not None else None,
+                             peak_allocated_gib=allocated and round(allocated, 2),
+                             peak_reserved_gib=reserved and round(reserved, 2))
+                memory = f", peak memory {allocated:.1f} GiB allocated, {reserved:.1f} GiB reserved" if (
+                    allocated is not None and reserved is not None) else ""
+                print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s"
+                      f"{f', {100 * mfu:.1f}% MFU' if mfu is not None else ''}{memory}")
+                if prof:
+                    found["profile"] = prof
+                    print(f"    profile: {prof['kernels_per_step']} kernels per step, GPU busy "
+                          f"{prof['gpu_busy_ms_per_step']} of {prof['wall_ms_per_step']} ms")
+                    for k in prof["top_kernels"]:
+                        print(f"      {k['ms_per_step']:8.2f} ms {k['calls_per_step']:7.1f} calls  {k['name']}")
+            results.append(found)
+            model.zero_grad(set_to_none=True)
+            gc.collect()
+            if device.type == "cuda":
+                with contextlib.suppress(Exception):
+                    torch.cuda.empty_cache()
     rows = summary_rows(results, args.seq)
     for r in rows:
         if r["unit"] == "x":
@@ -349,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
         config_out = vars(args) | {"json": None, "device_name": name, "peak_bf16_tflops": peak,
                                    "parameters": n_params}
-        write_result(args.json, "train_step", config_out, rows, [], [], settings=results, profile=profiled)
+        write_result(args.json, "train_step", config_out, rows, [], [], settings=results)
         print(f"stored in {args.json}")
     return 0
 

@@ -38,7 +38,8 @@ def test_step_flops_count_the_language_model_per_token_and_the_tower_per_patch()
 def test_a_tiny_run_times_every_setting_and_stores_the_ratios(tmp_path: Path) -> None:
     out = tmp_path / "train_step.json"
     assert main(["--tiny", "--device", "cpu", "--batch", "1", "--seq", "256", "--image-size", "224x140", "--reply",
-                 "16", "--steps", "1", "--warmup", "0", "--checkpointing", "off", "vision", "--peak-tflops", "1",
+                 "16", "--steps", "1", "--warmup", "0", "--checkpointing", "off", "vision", "--vision-mlp", "default",
+                 "--peak-tflops", "1",
                  "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     settings = {(s["vision_attention"], s["checkpointing"]): s for s in data["settings"]}
@@ -46,7 +47,8 @@ def test_a_tiny_run_times_every_setting_and_stores_the_ratios(tmp_path: Path) ->
     assert settings["varlen", "off"]["implementation"] != settings["default", "off"]["implementation"]
     assert all(s["tokens_per_s"] > 0 and s["mfu"] > 0 for s in settings.values())
     ratios = [r for r in data["summary"] if r["unit"] == "x"]
-    assert [r["figure"] for r in ratios] == ["1 x 256, checkpointing off: varlen / default tokens/s",
-                                             "1 x 256, checkpointing vision: varlen / default tokens/s"]
+    assert [r["figure"] for r in ratios] == [
+        "1 x 256, mlp default, checkpointing off: attention varlen / default tokens/s",
+        "1 x 256, mlp default, checkpointing vision: attention varlen / default tokens/s"]
     goals = [r for r in data["summary"] if r["goal"]]
     assert {r["figure"].split(": ")[-1] for r in goals} == {"tokens/s", "model-FLOP utilisation"}
