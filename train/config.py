@@ -34,6 +34,7 @@ from typing import Any
 
 from engine.agent.prompts import AgentConfig
 from policy.vision_attention import VISION_ATTENTION_MODES
+from policy.vision_mlp import VISION_MLP_MODES
 
 ALGORITHMS = ("fbc", "grpo")
 SCHEDULES = ("cosine", "constant")
@@ -75,6 +76,8 @@ class TrainConfig:
     attn_implementation: str | None = None  # passed to from_pretrained (None: transformers' default, SDPA)
     # The vision tower's attention: varlen (one call per block for all images/windows) | default (transformers')
     vision_attention: str = "varlen"
+    # The vision MLP: aligned (Qwen2.5-VL's 3,420-wide MLP padded to 3,424 for the GPU's fast kernels) | default
+    vision_mlp: str = "aligned"
     seed: int = 0
     shuffle: bool = True
     bucket_window: int = 64  # length bucketing window (batches), see train.samples.bucket_batches
@@ -132,6 +135,7 @@ class TrainConfig:
              'must be true, false or "vision" (the vision tower only)')
         need(self.vision_attention in VISION_ATTENTION_MODES, "vision_attention",
              f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
+        need(self.vision_mlp in VISION_MLP_MODES, "vision_mlp", f"must be one of {', '.join(VISION_MLP_MODES)}")
         need(math.isfinite(self.lr) and self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)")

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from policy.vision_attention import set_vision_attention
+from policy.vision_mlp import set_vision_mlp
 from train.behaviour import require_comparable
 from train.config import TrainConfig
 from train.curves import plot_curves, progress_bar, tensorboard_writer
@@ -163,6 +164,7 @@ class Trainer:
             model = load_model(cfg.model_dir, torch.float32, cfg.attn_implementation, cfg.vision_attention)
         else:
             set_vision_attention(model, cfg.vision_attention)
+        set_vision_mlp(model, cfg.vision_mlp)
         self.model = model
         self.class_name = type(self.model).__name__
         self.bf16 = self._want_bf16()
