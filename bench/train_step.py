@@ -202,7 +202,9 @@ def profile_steps(step: Any, device: Any, steps: int, top: int = 12) -> dict[str
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    # GPU events less user annotations (the optimizer's step range), which lie over their own kernels.
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not getattr(e, "is_user_annotation", False)]
     gpu_us = sum(e.device_time for e in kernels)
     by_name: dict[str, list[float]] = {}
     for e in kernels:
