@@ -104,10 +104,12 @@ def make_policy(kind: str) -> Policy:
 
 
 async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_per_episode: int,
-                profile: Path | None = None, run_root: str | None = None) -> dict[str, Any]:
+                profile: Path | None = None, run_root: str | None = None,
+                ring_slots: int | None = None) -> dict[str, Any]:
     """One engine with ``n`` rollouts on ``workers`` null workers: steps/s, CPU and latency per step, memory.
     Run it in a fresh process (``--one``): the memory per rollout is the growth of that process's RSS. The run
-    directory goes below ``run_root`` (default: the temp directory)."""
+    directory goes below ``run_root`` (default: the temp directory). ``ring_slots``: the null workers' rings, when
+    not the size the pool gives a browser worker (fewer slots than rollouts send frames inline)."""
     from bench.suites.overhead import pyspy_window
 
     # The pool gives a worker's ring two slots per rollout (engine.core.pool_config), and a ring has at most
@@ -126,7 +128,7 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
         pcfg = dataclasses.replace(pool_config(cfg, os.path.join(tmp, "workers.log")),
                                    opens_per_worker=OPENS_PER_NULL_WORKER)
         # The null workers' rings: the size the pool gives a browser worker for this run.
-        procs = stack.enter_context(null_workers(endpoint, workers, pcfg.worker.slot_count))
+        procs = stack.enter_context(null_workers(endpoint, workers, ring_slots or pcfg.worker.slot_count))
         store = RunStore(os.path.join(tmp, "run"))
         pool = BrowserPool(pcfg)
         try:

@@ -21,6 +21,13 @@ def test_a_scale_level_steps_every_rollout_on_null_workers(tmp_path: Path) -> No
     assert not list(tmp_path.iterdir())  # the run directory is removed
 
 
+def test_frames_come_inline_when_a_workers_ring_is_full_and_every_step_still_completes(tmp_path: Path) -> None:
+    row = uvloop.run(engine_scale.level(16, "instant", workers=1, seconds=1.0, steps_per_episode=3,
+                                        run_root=str(tmp_path), ring_slots=4))
+    assert row["errors"] == 0 and row["steps"] > 0
+    assert row["inline_frames"] > 0  # 16 rollouts, 4 slots: the pool counts what came through the socket
+
+
 def test_the_gc_meter_counts_a_full_collection() -> None:
     with engine_scale.GcMeter() as meter:
         gc.collect()
