@@ -211,6 +211,8 @@ def model_batching(store: Store) -> str:
     """The ``hf`` backend's batching on a GPU, or that no GPU run is stored (the policy suite)."""
     what = "the `hf` backend's dynamic batching on a random-weight Qwen2.5-VL-architecture model"
     data = need(store, "policy")
+    if data.get("skipped") and "policy_batching" in store:
+        return _standalone_batching(what, store["policy_batching"])
     if data.get("skipped"):
         return (f"- **Model batching** ({what}): not measured on a GPU in the stored results (the `policy` suite "
                 f"was skipped: {data['skipped']}).")
@@ -220,6 +222,26 @@ def model_batching(store: Store) -> str:
             f"{value_text(figure(data, f'c{top}.requests_per_s'))} at {top} concurrent requests, "
             f"{num_text(figure(data, f'c{top}.speedup')['median'])}x one request's "
             f"{num_text(figure(data, f'c{levels[0]}.requests_per_s')['median'])}.")
+
+
+def _standalone_batching(what: str, data: dict[str, Any]) -> str:
+    """Model batching from ``python -m bench.policy --json`` (policy_batching.json): the backend's own attention at
+    the highest concurrency against one request, and its speed-up over transformers' vision attention."""
+    rows = [r for r in data.get("rows") or [] if r.get("vision_attention") == "varlen"]
+    if not rows:
+        raise FigureError("policy_batching.json has no varlen rows")
+    one, top = min(rows, key=lambda r: r["concurrency"]), max(rows, key=lambda r: r["concurrency"])
+    gpu = (data.get("machine") or {}).get("gpu") or {}
+    before = {r["concurrency"]: r["requests_per_s"] for r in data.get("rows") or []
+              if r.get("vision_attention") == "default" and r["requests_per_s"] > 0}
+    pairs = [(r["concurrency"], r["requests_per_s"] / before[r["concurrency"]]) for r in rows
+             if r["concurrency"] in before]
+    versus = (f"; the varlen vision attention serves {slashed([num_text(x) for _, x in pairs])}x the requests/s of "
+              f"transformers' own at {slashed([str(c) for c, _ in pairs])} concurrent") if pairs else ""
+    return (f"- **Model batching** ({what}, {gpu.get('name', 'a GPU')}, `python -m bench.policy`): "
+            f"{num_text(top['requests_per_s'])} requests/s at {top['concurrency']} concurrent requests, "
+            f"{num_text(top['requests_per_s'] / one['requests_per_s'])}x one request's "
+            f"{num_text(one['requests_per_s'])}{versus}.")
 
 
 def standalone_summaries(store: Store) -> list[str]:
