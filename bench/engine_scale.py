@@ -113,7 +113,8 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
     from bench.suites.overhead import pyspy_window
 
     # The pool gives a worker's ring two slots per rollout (engine.core.pool_config), and a ring has at most
-    # MAX_SLOTS: enough workers that two per rollout fit (with fewer, frames would travel inline).
+    # MAX_SLOTS: enough workers that two per rollout fit (with fewer, frames would travel inline). 96 short of the
+    # limit, as the stored levels were measured (5 workers at 8,192 rollouts).
     workers = max(workers, -(-2 * n // (MAX_SLOTS - 96)))
     me = psutil.Process()
     uss0 = me.memory_full_info().uss  # everything imported, nothing started (USS: the workers' rings left out)

@@ -47,14 +47,10 @@ def _gated_mlps(model: Any) -> list[Any]:
     touched: their own forward must run)."""
     import torch.nn as nn
 
-    found = []
-    for tower in vision_towers(model)[:1]:
-        for block in getattr(tower, "blocks", []):
-            mlp = getattr(block, "mlp", None)
-            parts = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
-            if mlp is not None and all(type(p) is nn.Linear for p in parts) and hasattr(mlp, "act_fn"):
-                found.append(mlp)
-    return found
+    towers = vision_towers(model)
+    mlps = [getattr(block, "mlp", None) for block in getattr(towers[0], "blocks", [])] if towers else []
+    return [mlp for mlp in mlps if hasattr(mlp, "act_fn")
+            and all(type(getattr(mlp, name, None)) is nn.Linear for name in ("gate_proj", "up_proj", "down_proj"))]
 
 
 def set_vision_mlp(model: Any, mode: str) -> int:

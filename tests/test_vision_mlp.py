@@ -4,7 +4,6 @@ parameters' shapes untouched, and a switch back to transformers' forward."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,5 +67,5 @@ def test_every_misaligned_block_is_padded_and_default_restores_transformers_forw
         set_vision_mlp(model, "padded")
 
 
-def test_towers_without_a_gated_mlp_are_left_as_they_are(tmp_path: Path, models: dict[str, Any]) -> None:
+def test_towers_without_a_gated_mlp_are_left_as_they_are(models: dict[str, Any]) -> None:
     assert set_vision_mlp(models["qwen2_vl"], "aligned") == 0  # fc1/fc2, 4 x the width: aligned already

@@ -35,6 +35,7 @@ from typing import Any
 from engine.agent.prompts import AgentConfig
 from policy.vision_attention import VISION_ATTENTION_MODES
 from policy.vision_mlp import VISION_MLP_MODES
+from train.model_io import CHECKPOINT_VISION
 
 ALGORITHMS = ("fbc", "grpo")
 SCHEDULES = ("cosine", "constant")
@@ -131,7 +132,7 @@ class TrainConfig:
         need(self.loss_weight in ("uniform", "recency"), "loss_weight", "must be uniform or recency")
         need(self.save_dtype in ("auto", "bfloat16", "float32"), "save_dtype", "must be auto, bfloat16 or float32")
         need(self.bf16 in ("auto", True, False), "bf16", 'must be "auto", true or false')
-        need(self.gradient_checkpointing in (True, False, "vision"), "gradient_checkpointing",
+        need(self.gradient_checkpointing in (True, False, CHECKPOINT_VISION), "gradient_checkpointing",
              'must be true, false or "vision" (the vision tower only)')
         need(self.vision_attention in VISION_ATTENTION_MODES, "vision_attention",
              f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
