@@ -56,7 +56,7 @@ DETAIL_NAMES = {"step_timings_ms": "timings"}  # wire names that differ from Epi
 MAX_TEXT = 800  # long thoughts are cut: the monitor shows a few lines
 _IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 # Finished episodes whose details stay at hand for a monitor that attaches later; older ones keep their cell only,
-# so that the publisher holds ~70 bytes per finished episode over a run of any length, not its whole status.
+# so that the publisher holds a dictionary entry per finished episode over a run of any length, not its whole status.
 KEEP_FINISHED = 256
 _ENDED = (State.FINISHED, State.FAILED)
 Cell = tuple[str, str, int, float | None]
@@ -115,6 +115,9 @@ class TelemetryPublisher:
         self.tasks: dict[str, str] = {}  # every announced episode, in the order announced
         self.statuses: dict[str, EpisodeStatus] = {}  # the started ones and the last KEEP_FINISHED finished ones
         self._settled: dict[str, Cell] = {}  # the cells of episodes finished before those
+        # One tuple per distinct settled cell, shared by every episode that ended the same way: a run of a million
+        # episodes holds a few hundred tuples here, not a million (~70 bytes each).
+        self._cell_values: dict[Cell, Cell] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()  # finished episodes in ``statuses``, oldest first
         self.worker_pss: dict[str, int] = {}
         self._dirty: dict[str, None] = {}  # an ordered set: messages come out the same every run
@@ -213,7 +216,8 @@ class TelemetryPublisher:
         was sent or nobody listens, so a monitor never misses an episode's end)."""
         while len(self._finished) > KEEP_FINISHED:
             eid, _ = self._finished.popitem(last=False)
-            self._settled[eid] = self.cell(eid)
+            cell = self.cell(eid)
+            self._settled[eid] = self._cell_values.setdefault(cell, cell)
             del self.statuses[eid]
             self._sent_details.pop(eid, None)
 

@@ -150,6 +150,8 @@ def test_publisher_keeps_only_the_cells_of_long_finished_episodes() -> None:
         ended.append(st)
         pub.message("delta")  # each end is sent before it may be settled
     assert len(pub.statuses) == KEEP_FINISHED and f"e{n - 1}#0" in pub.statuses and "e0#0" not in pub.statuses
+    # Settled episodes that ended the same way share one cell: a dictionary entry each, not a tuple each.
+    assert pub.cell("e0#0") is pub.cell("e5#0") and pub.cell("e1#0") is pub.cell("e2#0") != pub.cell("e0#0")
     snap = pub.message("snapshot", full_details=True)
     assert snap is not None and len(snap["cells"]) == n + 1
     assert snap["cells"]["e0#0"] == ["X", "", 3, None] and snap["cells"]["e1#0"] == ["F", "", 3, 1.0]
