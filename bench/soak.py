@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import proc_stats
+from bench.growth_trace import GrowthTrace
 from bench.null_worker import null_workers
 from bench.record_audit import audit_records, recorded_ids
 from bench.report import row, slope, write_result
@@ -77,14 +78,24 @@ def soak_tasks(dest: Path, keep_task_caps: bool) -> Path:
 
 
 class Sampler:
-    """Samples memory, episodes and steps every ``interval`` seconds (the reading in a thread) until stopped."""
+    """Samples memory, episodes and steps every ``interval`` seconds (the reading in a thread) until stopped.
 
-    def __init__(self, core: EngineCore, interval: float) -> None:
+    Each sample goes to a JSON-lines file as it is taken, not into a list: the sampler runs in the engine's process,
+    and a list of samples (~3 KB each) would grow that process by itself, which is what the soak measures."""
+
+    def __init__(self, core: EngineCore, interval: float, path: Path) -> None:
         self.core = core
         self.interval = interval
-        self.samples: list[dict[str, Any]] = []
+        self.path = path
         self.t0 = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """Every sample taken so far, read back from the file."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines()]
 
     def start(self) -> None:
         self.t0 = time.monotonic()
@@ -103,8 +114,10 @@ class Sampler:
     async def take(self) -> None:
         stats = self.core.stats
         mem = await asyncio.to_thread(proc_stats.sample, self.core.pool)
-        self.samples.append({"t": round(time.monotonic() - self.t0, 2), "episodes": stats.done, "steps": stats.steps,
-                             "errors": stats.outcomes["error"], **mem})
+        sample = {"t": round(time.monotonic() - self.t0, 2), "episodes": stats.done, "steps": stats.steps,
+                  "errors": stats.outcomes["error"], **mem}
+        with self.path.open("a") as f:
+            f.write(json.dumps(sample) + "\n")
 
     async def _loop(self) -> None:
         while True:
@@ -254,8 +267,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
 
         core.on_status(on_status)
         core.on_record(lambda rollout, _rec: in_flight.discard(rollout.episode_id))
-        sampler = Sampler(core, args.sample_s)
+        sampler = Sampler(core, args.sample_s, Path(tmp) / "samples.jsonl")
         core.on_record(progress_printer(core, args.episodes))
+        trace = GrowthTrace()
+        if args.trace_growth:
+            core.on_record(lambda _r, _rec: None if trace.started or core.stats.done < warmup
+                           else trace.start(core.stats.done))
         # SIGTERM (or Ctrl-C) stops the run early; what was sampled until then is still written, marked interrupted.
         me = asyncio.current_task()
         assert me is not None
@@ -271,6 +288,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             print("interrupted: writing what was sampled so far", flush=True)
         finally:
             await sampler.stop()  # the last sample while the workers still run
+            growth = trace.top(core.stats.done, args.trace_growth)  # before close: what the run itself holds
             await core.close()
         stats, run_dir = core.stats, core.run_dir
         assert run_dir is not None
@@ -286,7 +304,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         logs = count_log(run_dir / "workers.log")
     figures = series_figures(samples, warmup, args.workers)
     return {"samples": samples, "figures": figures, "cpu_per_episode": cpu_per_episode(samples, warmup),
-            "audit": audit, "logs": logs, "warmup": warmup,
+            "audit": audit, "logs": logs, "warmup": warmup, "growth": growth,
             "stats": stats.summary(), "browser_pid_changes": browser_changes(samples), "interrupted": interrupted}
 
 
@@ -314,8 +332,10 @@ def summary_rows(res: dict[str, Any], args: argparse.Namespace) -> list[dict[str
         rows.append(row(f"{KIND_LABELS[kind]}{per} after warm-up", f["after_warmup_mib"], "MiB"))
         rows.append(row(f"{KIND_LABELS[kind]}{per} at the end", f["end_mib"], "MiB"))
         fit = f["slope_mib_per_1k"]
+        judged = fit is not None and not args.trace_growth  # a traced run's memory includes the tracer's: no goal
         rows.append(row(f"{KIND_LABELS[kind]}{per} slope after warm-up", fit if fit is not None else float("nan"),
-                        "MiB per 1,000 episodes", f"<= {goal:g}", None if fit is None else fit <= goal))
+                        "MiB per 1,000 episodes", f"<= {goal:g}" if judged else None,
+                        fit <= goal if judged and fit is not None else None))
     rss = figs["engine_rss"]["slope_mib_per_1k"]
     rows.append(row("engine process (RSS) slope after warm-up", rss if rss is not None else float("nan"),
                     "MiB per 1,000 episodes"))
@@ -341,11 +361,19 @@ def notes(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         out.insert(0, "The engine alone: its workers were null workers (bench/null_worker.py, benchmark stand-ins that "
                       "answer every request at once with a pre-encoded screenshot, no browser), so only the engine "
                       "process and the site server are sampled.")
+    if args.trace_growth:
+        out.insert(0, "Traced (--trace-growth): tracemalloc ran from the end of the warm-up, so the engine's memory "
+                      "figures include the tracer's own (tens of bytes per live block) and its CPU figures the cost of "
+                      "tracing; `growth` lists the source lines whose live allocations grew most.")
     if res["interrupted"]:
         out.insert(0, f"INTERRUPTED after {audit['started']:,} of {audit['planned']:,} planned episodes had started "
                       f"({audit['cut_without_record']:,} of them cut in flight, with no record so that a resumed run "
                       "reruns them; every other one checked for exactly one record): the figures cover only that part "
                       "of the run.")
+    if res["growth"]:
+        out.append("Live allocations grown after the warm-up, by source line (tracemalloc; bytes per episode, live "
+                   "blocks): " + "; ".join(f"{g['where']} {g['bytes_per_episode']:g} B ({g['blocks']:,})"
+                                           for g in res["growth"]) + ".")
     cpu = res["cpu_per_episode"]
     if cpu["browser"]:
         total, cores = sum(v or 0.0 for v in cpu.values()), os.cpu_count() or 1
@@ -370,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--run-root", default=None, help="where the run directory goes (removed at the end)")
     ap.add_argument("--null-workers", action="store_true",
                     help="the engine alone: null workers (benchmark stand-ins, no browser) instead of Chromium")
+    ap.add_argument("--trace-growth", type=int, default=0, metavar="N",
+                    help="trace allocations after the warm-up (tracemalloc) and report the N source lines that grew "
+                         "most; its memory figures then include the tracer's own")
     ap.add_argument("--name", default="soak", help="the result's file names (NAME.json, NAME.png)")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="directory of NAME.json and NAME.png")
     return ap
@@ -388,10 +419,14 @@ def main(argv: list[str] | None = None) -> int:
     write_result(args.out / f"{args.name}.json", "soak", config, rows, [png.name], notes(res, args),
                  figures=res["figures"], audit=res["audit"], worker_log=res["logs"], stats=res["stats"],
                  browser_pid_changes=res["browser_pid_changes"], interrupted=res["interrupted"],
-                 samples=res["samples"])
+                 growth=res["growth"], samples=res["samples"])
     for r in rows:
         met = "" if r["met"] is None else ("  met" if r["met"] else "  MISSED")
         print(f"{r['figure']:60s} {r['value']:>12,.3f} {r['unit']}{met}")
+    if res["growth"]:
+        print("\nlive allocations grown since the warm-up, by source line (tracemalloc):")
+    for g in res["growth"]:
+        print(f"  {g['bytes_per_episode']:>10,.1f} B/episode  {g['blocks']:>9,} blocks  {g['where']}")
     return 0 if res["audit"]["exactly_one_each"] and not res["interrupted"] else 1
 
 
