@@ -189,16 +189,24 @@ def browser_changes(samples: list[dict[str, Any]]) -> int:
     return changes
 
 
-def plot(path: Path, samples: list[dict[str, Any]], warmup: int, figures: dict[str, dict[str, Any]]) -> Path:
-    """Memory over episodes, one panel per process kind (with its fitted slope), and steps/s over time."""
+def sampled_kinds(null_workers: bool) -> tuple[str, ...]:
+    """The process kinds a run samples: null workers have no worker process, driver or browser of their own."""
+    return ("engine", "sites") if null_workers else proc_stats.KINDS
+
+
+def plot(path: Path, samples: list[dict[str, Any]], warmup: int, figures: dict[str, dict[str, Any]],
+         kinds: tuple[str, ...] = proc_stats.KINDS) -> Path:
+    """Memory over episodes, one panel per process kind in ``kinds`` (with its fitted slope), and steps/s over
+    time."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), dpi=100)
+    rows = 1 if len(kinds) < 3 else 2
+    fig, axes = plt.subplots(rows, 3, figsize=(13, 3.4 * rows), dpi=100)
     xs = [s["episodes"] for s in samples]
-    for ax, kind in zip(axes.flat, proc_stats.KINDS, strict=False):
+    for ax, kind in zip(axes.flat, kinds, strict=False):
         ax.plot(xs, [s["kinds"][kind] for s in samples], lw=1.2)
         ax.axvline(warmup, color="grey", ls="--", lw=0.8)
         fit = figures[kind]["slope_mib_per_1k"]
@@ -207,7 +215,7 @@ def plot(path: Path, samples: list[dict[str, Any]], warmup: int, figures: dict[s
         ax.set_xlabel("episodes done", fontsize=8)
         ax.set_ylabel("MiB", fontsize=8)
         ax.tick_params(labelsize=7)
-    ax = axes.flat[len(proc_stats.KINDS)]
+    ax = axes.flat[len(kinds)]
     rate = steps_rate(samples)
     ax.plot([t for t, _ in rate], [r for _, r in rate], lw=1.0, color="tab:green")
     ax.set_title("steps/s (per sample interval)", fontsize=9)
@@ -325,7 +333,7 @@ def summary_rows(res: dict[str, Any], args: argparse.Namespace) -> list[dict[str
             row("error records", audit["statuses"].get("error", 0), "records", "0",
                 audit["statuses"].get("error", 0) == 0),
             row("worker restarts", stats["worker_restarts"], "restarts", "0", stats["worker_restarts"] == 0)]
-    for kind in ("engine", "sites") if args.null_workers else proc_stats.KINDS:  # null workers: nothing to sample
+    for kind in sampled_kinds(args.null_workers):
         f = figs[kind]
         goal = SLOPE_GOALS[kind] * f["per_process"]
         per = f" ({f['per_process']} workers)" if kind in PER_WORKER else ""
@@ -413,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_for_engine_process()  # as webgym-engine run does
     res = uvloop.run(soak(args))
     args.out.mkdir(parents=True, exist_ok=True)
-    png = plot(args.out / f"{args.name}.png", res["samples"], res["warmup"], res["figures"])
+    png = plot(args.out / f"{args.name}.png", res["samples"], res["warmup"], res["figures"],
+               sampled_kinds(args.null_workers))
     rows = summary_rows(res, args)
     config = {k: v for k, v in vars(args).items() if k != "out"}
     write_result(args.out / f"{args.name}.json", "soak", config, rows, [png.name], notes(res, args),
