@@ -115,8 +115,8 @@ class TelemetryPublisher:
         self.tasks: dict[str, str] = {}  # every announced episode, in the order announced
         self.statuses: dict[str, EpisodeStatus] = {}  # the started ones and the last KEEP_FINISHED finished ones
         self._settled: dict[str, Cell] = {}  # the cells of episodes finished before those
-        # One tuple per distinct settled cell, shared by every episode that ended the same way: a run of a million
-        # episodes holds a few hundred tuples here, not a million (~70 bytes each).
+        # One tuple per distinct settled cell, shared by every episode that ended the same way. States, ops, step
+        # counts and rubric rewards take few values, so a long run holds few tuples here, not one per episode.
         self._cell_values: dict[Cell, Cell] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()  # finished episodes in ``statuses``, oldest first
         self.worker_pss: dict[str, int] = {}
