@@ -15,7 +15,8 @@ life cycle (lease, page load, context reset and reuse, records, frames), 10,000 
 their own longer ``max_steps`` get the run's cap too (``--keep-task-caps`` keeps theirs).
 
     python -m bench.soak [--episodes 10000] [--concurrency 32] [--workers 2] [--policy instant]
-                         [--step-caps 1,1,1] [--sample-s 5] [--out docs/benchmarks]
+                         [--step-caps 1,1,1] [--sample-s 5] [--null-workers] [--trace-growth N]
+                         [--out docs/benchmarks]
 """
 
 from __future__ import annotations
@@ -278,9 +279,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         sampler = Sampler(core, args.sample_s, Path(tmp) / "samples.jsonl")
         core.on_record(progress_printer(core, args.episodes))
         trace = GrowthTrace()
+
+        def trace_after_warmup(_rollout: Any, _record: dict[str, Any]) -> None:
+            if not trace.started and core.stats.done >= warmup:
+                trace.start(core.stats.done)
+
         if args.trace_growth:
-            core.on_record(lambda _r, _rec: None if trace.started or core.stats.done < warmup
-                           else trace.start(core.stats.done))
+            core.on_record(trace_after_warmup)
         # SIGTERM (or Ctrl-C) stops the run early; what was sampled until then is still written, marked interrupted.
         me = asyncio.current_task()
         assert me is not None
@@ -340,10 +345,10 @@ def summary_rows(res: dict[str, Any], args: argparse.Namespace) -> list[dict[str
         rows.append(row(f"{KIND_LABELS[kind]}{per} after warm-up", f["after_warmup_mib"], "MiB"))
         rows.append(row(f"{KIND_LABELS[kind]}{per} at the end", f["end_mib"], "MiB"))
         fit = f["slope_mib_per_1k"]
-        judged = fit is not None and not args.trace_growth  # a traced run's memory includes the tracer's: no goal
+        traced = bool(args.trace_growth)  # a traced run's memory includes the tracer's: no goal is judged
         rows.append(row(f"{KIND_LABELS[kind]}{per} slope after warm-up", fit if fit is not None else float("nan"),
-                        "MiB per 1,000 episodes", f"<= {goal:g}" if judged else None,
-                        fit <= goal if judged and fit is not None else None))
+                        "MiB per 1,000 episodes", None if traced else f"<= {goal:g}",
+                        None if traced or fit is None else fit <= goal))
     rss = figs["engine_rss"]["slope_mib_per_1k"]
     rows.append(row("engine process (RSS) slope after warm-up", rss if rss is not None else float("nan"),
                     "MiB per 1,000 episodes"))
