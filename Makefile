@@ -3,7 +3,7 @@
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-APT_PKGS := chromium libturbojpeg0-dev cmake gcc
+APT_PKGS := chromium chromium-headless-shell libturbojpeg0-dev cmake gcc
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/_imgcodec/*.h engine/_filewrite/*.c)
 # The editable install maps each module to its file: a module added, moved or removed (its folder's time changes)
 # needs a new map, which a reinstall makes in seconds.
@@ -21,7 +21,8 @@ test: setup
 
 setup: system $(STAMP)
 
-# Debian packages: Chromium (Playwright cannot download its own browsers here) and libjpeg-turbo.
+# Debian packages: Chromium's headless shell that the workers run, the full Chromium (`--chromium`; Playwright
+# cannot download its own browsers here) and libjpeg-turbo.
 system:
 	@dpkg -s $(APT_PKGS) >/dev/null 2>&1 || { \
 	  apt-get update -qq && \

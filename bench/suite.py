@@ -155,7 +155,8 @@ class SuiteResult:
 
 # --- machine facts -------------------------------------------------------------------------------------------
 def chromium_version() -> str | None:
-    """The version of the Chromium the browser workers launch (``chromium --version``)."""
+    """The version of the Chromium the browser workers launch (``chromium --version``), and whether it is the
+    headless shell."""
     from browserpool.config import DEFAULT_CHROMIUM
 
     for exe in (DEFAULT_CHROMIUM, shutil.which("chromium"), shutil.which("chromium-browser")):
@@ -166,7 +167,8 @@ def chromium_version() -> str | None:
         except (OSError, subprocess.SubprocessError):
             continue
         if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
+            # The shell prints the same version line as the full browser: say which one the figures are of.
+            return out.stdout.strip() + (" (headless shell)" if "headless-shell" in os.path.basename(exe) else "")
     return None
 
 

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import uvloop
 
-from browserpool.pool import BrowserOpError, BrowserSession
+from browserpool.config import DEFAULT_CHROMIUM, FULL_CHROMIUM, WorkerConfig
+from browserpool.pool import BrowserOpError, BrowserSession, PoolConfig
 from browserpool.protocol import BrowserAction, FrameRef, Observation
 from engine._imgcodec import decode, frame_diff
+from tests.conftest import started_pool
 
 W, H = 1280, 768
 
@@ -77,6 +79,18 @@ async def test_click_at_coordinates_changes_the_dom(open_page) -> None:
         # A click beside the button does nothing.
         await act(session, BrowserAction("click", x=600, y=600))
         assert await js(session, "window.clicks.length") == [1]
+
+
+async def test_the_full_chromium_serves_episodes_as_the_headless_shell_does(open_page) -> None:
+    # The workers run Chromium's headless shell by default; the full browser (``--chromium``) must work the same.
+    assert DEFAULT_CHROMIUM.endswith("chromium-headless-shell") and FULL_CHROMIUM != DEFAULT_CHROMIUM
+    async with started_pool(PoolConfig(workers=1, worker=WorkerConfig(endpoint="", chromium_path=FULL_CHROMIUM))
+                            ) as full, open_page("click.html", pool=full) as (session, obs, frame):
+        check_quiet(obs, "/fixtures/click.html", "click")
+        check_frame(obs, bytes(frame.view))
+        obs, jpeg = await act(session, BrowserAction("click", x=200, y=130))
+        check_frame(obs, jpeg)
+        assert await js(session, "document.getElementById('out').textContent") == ["clicked 1"]
 
 
 async def test_click_by_selector_reports_the_point(open_page) -> None:

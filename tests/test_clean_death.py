@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from browserpool.config import DEFAULT_CHROMIUM
 from engine.store import read_records
 from engine.tasks import BUNDLED_TASKS
 
@@ -235,7 +236,7 @@ def test_kill_9_leaves_no_process_segment_or_temp_dir_and_resume_completes(
     # (Chromium's zygotes and renderers overwrite theirs with their command line: its browser process, the one the
     # Playwright driver started, is the one to read.)
     [worker] = [p for p in tree if "browserpool.worker" in cmdline(p)]
-    [browser] = [p for p in tree if cmdline(p)[:1] == ["/usr/lib/chromium/chromium"] and "playwright/driver" in
+    [browser] = [p for p in tree if cmdline(p)[:1] == [DEFAULT_CHROMIUM] and "playwright/driver" in
                  " ".join(cmdline(p.parent()))]
     for p in (worker, browser):
         env = Path(f"/proc/{p.pid}/environ").read_bytes()
