@@ -35,7 +35,7 @@ from engine.config import RunConfig
 from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
 from engine.judge import RubricJudge
 from engine.judging import JudgeQueue
-from engine.plan_feed import PlanFeeder
+from engine.plan_feed import PlanFeeder, PlannedEpisode
 from engine.policy_api import Policy
 from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettings
 from engine.sites.server import SiteServer
@@ -259,16 +259,18 @@ class EngineCore:
                               on_status=self._status, judge=self.judge_queue,
                               pace=self._pace if self.pacer.rate else None)  # no rate: no per-step URL checks
 
-    def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None, *,
-                announce: bool = True) -> Rollout:
+    def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None, *, announce: bool = True,
+                episode_id: str | None = None) -> Rollout:
         """A new rollout of ``task`` (``sample``: the next unused index of the task when None), announced to
-        telemetry and counted in the stats (``announce=False``: :meth:`announce` did it for its whole plan)."""
+        telemetry and counted in the stats (``announce=False``: :meth:`announce` did it for its whole plan, and
+        ``episode_id`` is the id it gave telemetry)."""
         sample = self._reserve_sample(task, sample)
         if announce:
             if self.telemetry is not None:
-                self.telemetry.add_episodes([(episode_key(task.task_id, sample), task.task_id)])
+                episode_id = episode_key(task.task_id, sample)
+                self.telemetry.add_episodes([(episode_id, task.task_id)])
             self.stats.total += 1
-        return Rollout(task, sample, ctx)
+        return Rollout(task, sample, ctx, episode_id)
 
     def _reserve_sample(self, task: Task, sample: int | None) -> int:
         """``sample``, or the task's next unused sample number; either way counted as used."""
@@ -319,16 +321,19 @@ class EngineCore:
         await self.run_all(self.context(policy), self.announce(plan))
         return self.stats
 
-    def announce(self, plan: Iterable[tuple[Task, int | None]]) -> list[tuple[Task, int]]:
+    def announce(self, plan: Iterable[tuple[Task, int | None]]) -> list[PlannedEpisode]:
         """Count a plan's episodes in the stats and show them in telemetry as not started; returns the plan with
-        every sample number resolved, for :meth:`run_all`."""
+        every sample number resolved and, with telemetry, the episode ids it was given, for :meth:`run_all` (a
+        rollout then shares its id string with telemetry's, instead of holding a second copy for the run)."""
         resolved = [(task, self._reserve_sample(task, sample)) for task, sample in plan]
+        ids: list[str] | list[None] = [None] * len(resolved)
         if self.telemetry is not None:
-            self.telemetry.add_episodes((episode_key(task.task_id, s), task.task_id) for task, s in resolved)
+            ids = [episode_key(task.task_id, s) for task, s in resolved]
+            self.telemetry.add_episodes((eid, task.task_id) for eid, (task, _) in zip(ids, resolved, strict=True))
         self.stats.total += len(resolved)
-        return resolved
+        return [(task, s, eid) for (task, s), eid in zip(resolved, ids, strict=True)]
 
-    async def run_all(self, ctx: RolloutContext, plan: list[tuple[Task, int]]) -> None:
+    async def run_all(self, ctx: RolloutContext, plan: list[PlannedEpisode]) -> None:
         """Run an announced plan to its records, as :meth:`submit` and :meth:`wait` would, but making each
         rollout only when there is room for it in the queue and letting it go once it has its record (memory flat
         over any number of episodes; see :mod:`engine.plan_feed`)."""

@@ -1,6 +1,8 @@
 """Feeding a plan of episodes to the engine core's runners without holding it in memory as rollouts.
 
-A plan is a list of ``(task, sample)`` pairs, a few bytes each. Made into rollouts all at once, every finished
+A plan is a list of ``(task, sample, episode_id)`` entries, a few bytes each (the id is the string the monitor's
+telemetry already holds, shared rather than built again; None without telemetry). Made into rollouts all at once,
+every finished
 one would keep its record, steps and last observation until the plan ends: a few KiB per episode, gigabytes
 over the million episodes of a training run. The feeder makes each rollout only when one of a fixed number of
 places frees up and lets it go once it has its record, so the core's memory stays flat over any plan.
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
     from engine.rollout import Rollout, RolloutContext
     from engine.tasks import Task
 
+# One announced episode: its task, its sample number and the id telemetry was given (None: no telemetry).
+PlannedEpisode = tuple["Task", int, "str | None"]
+
 
 def places_for(concurrency: int) -> int:
     """Rollouts queued or running at once: enough that the runners never wait for the feeder and that a
@@ -29,7 +34,7 @@ class PlanFeeder:
     """Runs ``plan`` through ``core`` (the plan already announced): rollouts made as places free up, stragglers
     cut as :meth:`EngineCore.wait` cuts them."""
 
-    def __init__(self, core: EngineCore, ctx: RolloutContext, plan: Sequence[tuple[Task, int]],
+    def __init__(self, core: EngineCore, ctx: RolloutContext, plan: Sequence[PlannedEpisode],
                  places: int | None = None) -> None:
         self.core, self.ctx, self.plan = core, ctx, plan
         self._places = asyncio.Semaphore(places or places_for(core.cfg.concurrency))
@@ -49,9 +54,9 @@ class PlanFeeder:
         forget = self.core.on_record(self._on_record)
         cutter = asyncio.ensure_future(self._cut_stragglers()) if self._enough is not None else None
         try:
-            for task, sample in self.plan:
+            for task, sample, episode_id in self.plan:
                 await self._places.acquire()
-                rollout = self.core.rollout(self.ctx, task, sample, announce=False)
+                rollout = self.core.rollout(self.ctx, task, sample, announce=False, episode_id=episode_id)
                 rollout.cut_requested = self._cutting  # past the straggler cut: ends with a straggler record
                 self._live.add(rollout)
                 self.core.enqueue(rollout)

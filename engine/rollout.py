@@ -157,11 +157,12 @@ class _EpisodeError(Exception):
 class Rollout:
     """Drives one episode from start to record."""
 
-    def __init__(self, task: Task, sample: int, ctx: RolloutContext) -> None:
+    def __init__(self, task: Task, sample: int, ctx: RolloutContext, episode_id: str | None = None) -> None:
         self.task = task
         self.sample = sample
         self.ctx = ctx
-        self.episode_id = episode_key(task.task_id, sample)
+        # The id telemetry was given, when there is one: the string it keeps for the run is then this one.
+        self.episode_id = episode_id if episode_id is not None else episode_key(task.task_id, sample)
         self.status = EpisodeStatus(self.episode_id, task.task_id, task=task.task_name)
         ctx.stats.move(None, self.status.state.value)
         self.record: EpisodeRecord | None = None

@@ -80,10 +80,12 @@ async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_reco
     entered: set[str] = set()
     most_alive = 0
     gone: list[weakref.ref[Rollout]] = []
+    ids: list[str] = []
 
     def on_status(st: EpisodeStatus) -> None:
         nonlocal most_alive
         entered.add(st.episode_id)
+        ids.append(st.episode_id)
         most_alive = max(most_alive, len(entered) - len(gone))
 
     core.on_status(on_status)
@@ -98,8 +100,11 @@ async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_reco
     finally:
         await core.close()
     records = read_records(core.run_dir)
-    assert sorted(r["episode_id"] for r in records) == sorted(f"{t.task_id}#{s}" for t, s in plan)
+    assert sorted(r["episode_id"] for r in records) == sorted(f"{t.task_id}#{s}" for t, s, _ in plan)
     assert 1 < most_alive <= 3
+    # Each rollout's id is the very string telemetry was given for the monitor (kept for the run), not a copy.
+    announced = {eid: eid for _, _, eid in plan}
+    assert core.telemetry is not None and len(announced) == len(plan) and all(announced[e] is e for e in ids)
     gc.collect()
     assert len(gone) == len(plan) and not [ref for ref in gone if ref() is not None]
 
