@@ -31,7 +31,7 @@ from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool
 from engine.config import RunConfig
 from engine.core import EngineCore, pool_config
-from engine.rollout import EpisodeStatus, State
+from engine.rollout import EpisodeStatus
 from engine.sites.server import SiteServer
 from engine.store import RunStore
 from engine.tasks import Task
@@ -170,7 +170,7 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         def on_status(st: EpisodeStatus) -> None:
             # An episode that ended before stepping (an error) counts as ready: else the ramp would wait for it
             # until every other episode had run out its steps, and the window would measure nothing.
-            if st.step >= 2 or st.state in (State.FINISHED, State.FAILED):
+            if st.step >= 2 or st.ended:
                 stepping.add(st.episode_id)
 
         core = EngineCore(cfg, pool=pool, store=store)

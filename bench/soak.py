@@ -42,7 +42,7 @@ from bench.report import row, slope, write_result
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.gc_tuning import tune_for_engine_process
-from engine.rollout import EpisodeStatus, State
+from engine.rollout import EpisodeStatus
 from engine.runner import plan_episodes
 from engine.sites.server import SiteServer
 from engine.store import episode_key
@@ -270,7 +270,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
 
         def on_status(st: EpisodeStatus) -> None:
             nonlocal entered
-            if st.state not in (State.FINISHED, State.FAILED) and st.episode_id not in in_flight:
+            if not st.ended and st.episode_id not in in_flight:
                 in_flight.add(st.episode_id)
                 entered += 1
 

@@ -325,13 +325,14 @@ class EngineCore:
         """Count a plan's episodes in the stats and show them in telemetry as not started; returns the plan with
         every sample number resolved and, with telemetry, the episode ids it was given, for :meth:`run_all` (a
         rollout then shares its id string with telemetry's, instead of holding a second copy for the run)."""
-        resolved = [(task, self._reserve_sample(task, sample)) for task, sample in plan]
-        ids: list[str] | list[None] = [None] * len(resolved)
+        announced: list[PlannedEpisode] = []
+        for task, sample in plan:
+            s = self._reserve_sample(task, sample)
+            announced.append((task, s, None if self.telemetry is None else episode_key(task.task_id, s)))
         if self.telemetry is not None:
-            ids = [episode_key(task.task_id, s) for task, s in resolved]
-            self.telemetry.add_episodes((eid, task.task_id) for eid, (task, _) in zip(ids, resolved, strict=True))
-        self.stats.total += len(resolved)
-        return [(task, s, eid) for (task, s), eid in zip(resolved, ids, strict=True)]
+            self.telemetry.add_episodes((eid, task.task_id) for task, _, eid in announced if eid is not None)
+        self.stats.total += len(announced)
+        return announced
 
     async def run_all(self, ctx: RolloutContext, plan: list[PlannedEpisode]) -> None:
         """Run an announced plan to its records, as :meth:`submit` and :meth:`wait` would, but making each

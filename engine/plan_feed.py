@@ -3,8 +3,8 @@
 A plan is a list of ``(task, sample, episode_id)`` entries, a few bytes each (the id is the string the monitor's
 telemetry already holds, shared rather than built again; None without telemetry). Made into rollouts all at once,
 every finished one would keep its record, steps and last observation until the plan ends: a few KiB per episode,
-gigabytes over the million episodes of a training run. The feeder makes each rollout only when one of a fixed number of
-places frees up and lets it go once it has its record, so the core's memory stays flat over any plan.
+gigabytes over the million episodes of a training run. The feeder makes each rollout only when one of a fixed
+number of places frees up and lets it go once it has its record, so the core's memory stays flat over any plan.
 """
 
 from __future__ import annotations

@@ -85,6 +85,11 @@ class EpisodeStatus:
     error: str = ""  # the error kind that ended the episode
 
     @property
+    def ended(self) -> bool:
+        """Whether the episode has ended (finished or failed)."""
+        return self.state is State.FINISHED or self.state is State.FAILED
+
+    @property
     def cell(self) -> str:
         """The original monitor's cell text: state, or step digit plus operation letter."""
         if self.state is State.RUNNING:

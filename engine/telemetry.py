@@ -58,7 +58,6 @@ _IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 # Finished episodes whose details stay at hand for a monitor that attaches later; older ones keep their cell only,
 # so that the publisher holds a dictionary entry per finished episode over a run of any length, not its whole status.
 KEEP_FINISHED = 256
-_ENDED = (State.FINISHED, State.FAILED)
 Cell = tuple[str, str, int, float | None]
 _NOT_STARTED: Cell = (State.NOT_STARTED.value, Op.NONE.value, 0, None)
 
@@ -205,7 +204,7 @@ class TelemetryPublisher:
                 self.tasks[eid] = status.task_id
                 self._unannounced[eid] = None
         self._dirty[eid] = None
-        if status.state in _ENDED:
+        if status.ended:
             self._finished[eid] = None
             self._finished.move_to_end(eid)
         elif eid in self._finished:  # the same episode again, under a new status (a resumed run): live, keep it
