@@ -31,9 +31,9 @@ from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool
 from engine.config import RunConfig
 from engine.core import EngineCore, pool_config
-from engine.rollout import EpisodeStatus
+from engine.rollout import EpisodeStatus, State
 from engine.sites.server import SiteServer
-from engine.store import RunStore
+from engine.store import RunStore, read_records
 from engine.tasks import Task
 from policy.instant import InstantPolicy
 
@@ -153,25 +153,29 @@ def _stack_part(proc: psutil.Process) -> str | None:
 
 async def engine_run(base: str, n: int, workers: int, seconds: float, quality: int,
                      steps_per_episode: int = 400, pages: list[str] | None = None,
-                     ramp_timeout: float = 600.0) -> dict[str, Any]:
+                     ramp_timeout: float = 600.0, chromium: str = DEFAULT_CHROMIUM) -> dict[str, Any]:
     """The engine with the instant policy; steps/s over a window once every rollout is running
-    (or ``ramp_timeout`` s after the start, whichever comes first; ``ramp_s`` says how long it took)."""
+    (or ``ramp_timeout`` s after the start, whichever comes first; ``ramp_s`` says how long it took).
+    ``error_detail``: what ended each episode that ended as an error."""
     pages = pages or PAGES
     tasks = [Task(task_id=f"bench-{i}", task_name="benchmark page", website=base + pages[i % len(pages)],
                   max_steps=steps_per_episode) for i in range(n)]
     cfg = RunConfig(concurrency=n, workers=workers, telemetry=None,
-                    worker=WorkerConfig(endpoint="", jpeg_quality=quality))
+                    worker=WorkerConfig(endpoint="", jpeg_quality=quality, chromium_path=chromium))
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
         pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
         await pool.start()
         stepping: set[str] = set()
+        failed: set[str] = set()  # episodes that ended as errors
 
         def on_status(st: EpisodeStatus) -> None:
             # An episode that ended before stepping (an error) counts as ready: else the ramp would wait for it
             # until every other episode had run out its steps, and the window would measure nothing.
             if st.step >= 2 or st.ended:
                 stepping.add(st.episode_id)
+            if st.state is State.FAILED:
+                failed.add(st.episode_id)
 
         core = EngineCore(cfg, pool=pool, store=store)
         await core.start()
@@ -197,6 +201,7 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         await core.close()
         await pool.close()
         store.close()
+        errors = error_detail(tmp, failed)
     rate = (s1 - s0) / (t1 - t0)
     lat = sorted(stats.step_latencies_ms[s0:s1]) or [0.0]
     return {"concurrency": n, "steps_per_s": round(rate, 2),
@@ -207,7 +212,15 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
             "browser_pss_mib": round(max(peak, pss_now) / 2**20, 1),
             "pss_per_rollout_mib": round(max(peak, pss_now) / 2**20 / n, 1),
             "setup_cpu_s": round(c0 - cpu0, 2), "ramp_s": round(ramp_s, 1), "stepping": len(stepping),
-            "errors": stats.outcomes["error"]}
+            "errors": stats.outcomes["error"], "error_detail": errors}
+
+
+def error_detail(run_dir: str, episode_ids: set[str]) -> list[dict[str, Any]]:
+    """What ended each of these episodes (kind, message, steps made), from the run's records: a benchmark
+    that counts errors says what they were, since its run directory is removed afterwards."""
+    return [{"kind": r["error"]["kind"], "message": r["error"]["message"][:300], "steps": len(r["steps"]),
+             "website": r["task"]["website"]}
+            for r in read_records(run_dir) if r["episode_id"] in episode_ids and r.get("error")]
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from bench import ceiling
 from bench.cli import bench
 from bench.publish import publish, summary_markdown
 from bench.suite import SUITE_NAMES, Figure, SuiteResult, plot_series, write_suite
@@ -71,9 +72,20 @@ def test_ceiling(results: tuple[Path, str]) -> None:
                 "light.c2.engine_cpu_ms_per_step", "light.c2.step_p95_ms"):
         assert figs[key]["n"] == 1, key
     assert figs["light.c2.bare_steps_per_s"]["median"] > 0
+    engine = data["runs"][0]["engine"]
+    assert engine["error_detail"] == [] and engine["errors"] == 0  # an error would be listed with its message
     assert data["config"]["page_profiles"]["light"]
     assert "| light c2: engine / bare loop |" in (out / "summary.md").read_text()
 
+
+
+async def test_the_ceiling_engine_run_says_what_ended_an_error_episode(site_server: str) -> None:
+    # A start page with a challenge page's title: the episode ends as an error ("blocked") at once.
+    eng = await ceiling.engine_run(site_server, 1, 1, 0.2, 80, pages=["/fixtures/challenge_title.html"])
+    assert eng["errors"] == 1 and eng["stepping"] == 1  # the ended episode counted as ready: no wait
+    (err,) = eng["error_detail"]
+    assert err["kind"] == "blocked" and "challenge page" in err["message"], err
+    assert err["website"].endswith("/fixtures/challenge_title.html") and err["steps"] == 0
 
 def test_async(results: tuple[Path, str]) -> None:
     out, _ = results

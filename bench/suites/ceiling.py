@@ -55,6 +55,9 @@ async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -
                 res.runs.append({"repeat": rep, "profile": profile, "concurrency": n, "bare": bare, "engine": eng})
                 print(f"  ceiling {profile:5s} c{n:<4d} bare {bare['steps_per_s']:7.1f}  engine "
                       f"{eng['steps_per_s']:7.1f} steps/s  ratio {ratio or 0:.3f}", flush=True)
+                for err in eng["error_detail"]:
+                    print(f"    error after {err['steps']} steps on {err['website']}: {err['kind']}: "
+                          f"{err['message']}", flush=True)
     series, styles = {}, {}
     for i, (profile, levels) in enumerate(cfg["profiles"].items()):
         for side, label, line in (("engine", "engine", "-"), ("bare", "bare loop", "--")):
