@@ -9,12 +9,16 @@ per frame (creating and unlinking costs ~36 us; a 150 KB write+read ~9 us).
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import secrets
 from collections import deque
 from multiprocessing import resource_tracker, shared_memory
 
 from browserpool.protocol import FrameRef
+
+# Where POSIX shared memory lives on Linux: shm_open("/name") is /dev/shm/name.
+SHM_DIR = "/dev/shm"
 
 
 class SlotRing:
@@ -71,33 +75,44 @@ class SlotRing:
 
 
 class SlotReader:
-    """Engine side: maps a worker's ring and gives zero-copy views of its frames."""
+    """Engine side: maps a worker's ring read-only and gives zero-copy views of its frames.
+
+    The segment is mapped directly, not through ``SharedMemory``: a reader closed while a frame's view is still
+    held (its worker died mid-step) leaves the mapping, and the descriptor that Python's mmap keeps, to go with
+    the last view. ``SharedMemory`` would keep its own descriptor open for good, and fail in its finalizer."""
 
     def __init__(self, name: str, slot_size: int) -> None:
-        self._shm = shared_memory.SharedMemory(name=name, create=False)
-        # The worker owns the segment: stop this process's tracker from unlinking it at exit.
-        resource_tracker.unregister(self._shm._name, "shared_memory")  # type: ignore[attr-defined]
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"not a shared-memory segment name: {name[:80]!r}")
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY)
+        try:
+            # The worker owns the segment (it unlinks it); this process only maps it, so no resource tracker
+            # entry is made that could unlink it at exit.
+            self._map: mmap.mmap | None = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
         self.name = name
         self.slot_size = slot_size
-
-    @property
-    def size(self) -> int:
-        """The mapped segment's size in bytes."""
-        return self._shm.size
+        self.size = len(self._map)  # the mapped segment's size in bytes
+        self._buf = memoryview(self._map)
 
     def view(self, ref: FrameRef) -> memoryview:
-        """A memoryview of the frame's JPEG bytes, valid until the slot is released."""
+        """A read-only memoryview of the frame's JPEG bytes, valid until the slot is released."""
         if ref.nbytes > self.slot_size:
             raise ValueError(f"frame of {ref.nbytes} bytes exceeds slot size {self.slot_size}")
         start = ref.slot * self.slot_size
         if start + ref.nbytes > self.size:
             raise ValueError(f"slot {ref.slot} lies outside the segment")
-        return self._shm.buf[start:start + ref.nbytes]
+        return self._buf[start:start + ref.nbytes]
 
     def close(self) -> None:
-        # BufferError: a view is still exported somewhere; the mapping goes away with the process.
-        with contextlib.suppress(BufferError):
-            self._shm.close()
+        """Unmap the segment; when a frame's view is still held, the mapping goes when the last view does."""
+        if self._map is None:
+            return
+        with contextlib.suppress(BufferError):  # a view is still exported
+            self._buf.release()
+            self._map.close()
+        self._map = None
 
 
 def unlink_segment(name: str) -> None:

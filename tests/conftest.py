@@ -13,7 +13,6 @@ import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +86,6 @@ async def inproc_pool(endpoint: str, cfg: WorkerConfig) -> AsyncIterator[tuple[B
     pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen=endpoint, start_timeout_s=60, worker=cfg))
     try:
         await pool.start()
-        (handle,) = pool.alive_workers()
-        if handle.reader is not None:
-            # Worker and reader share this process: give the owner back its resource-tracker entry,
-            # which the reader dropped (right when the owner is another process).
-            resource_tracker.register(handle.reader._shm._name, "shared_memory")
         yield worker, pool
     finally:
         await pool.close()  # tells the worker to shut down, but does not wait for a hand-started one

@@ -3,6 +3,7 @@ in another process than the writer."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -31,18 +32,21 @@ def ring() -> Iterator[SlotRing]:
     r.close()
 
 
-def same_process_reader(name: str) -> SlotReader:
-    """A SlotReader on a ring of this very process. The reader drops the segment from this process's
-    resource tracker (right when the owner is another process); give the owner its registration back,
-    or its unlink at close would make the tracker complain."""
-    rd = SlotReader(name, SLOT)
-    resource_tracker.register(rd._shm._name, "shared_memory")
-    return rd
+def segment_mappings(name: str) -> int:
+    """How many times this process maps the segment."""
+    with open("/proc/self/maps") as maps:
+        return sum(line.rstrip().endswith(str(shm_path(name))) for line in maps)
+
+
+def segment_descriptors(name: str) -> int:
+    """How many of this process's open file descriptors are the segment."""
+    fds = Path("/proc/self/fd")
+    return sum(os.path.realpath(fds / fd) == str(shm_path(name)) for fd in os.listdir(fds))
 
 
 @pytest.fixture
 def reader(ring: SlotRing) -> Iterator[SlotReader]:
-    rd = same_process_reader(ring.name)
+    rd = SlotReader(ring.name, SLOT)
     yield rd
     rd.close()
 
@@ -150,13 +154,39 @@ def test_close_unlinks_the_segment() -> None:
         SlotReader(ring.name, SLOT)
 
 
-def test_reader_close_with_a_live_view_does_not_raise(ring: SlotRing) -> None:
-    rd = same_process_reader(ring.name)
-    ref = ring.write(b"held")
-    view = rd.view(ref)
-    rd.close()  # a view is still exported: the mapping stays until the process ends
-    assert bytes(view) == b"held"
+def test_a_reader_closed_under_a_live_view_lets_go_of_the_segment_with_the_view(
+        ring: SlotRing, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker that dies while the engine still holds one of its frames: the reader is closed under the view.
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    def held() -> tuple[int, int]:
+        return segment_mappings(ring.name), segment_descriptors(ring.name)
+
+    ring_own = held()
+    rd = SlotReader(ring.name, SLOT)
+    assert held() == (ring_own[0] + 1, ring_own[1] + 1)  # one mapping, and the descriptor the mmap keeps
+    view = rd.view(ring.write(b"held"))
+    rd.close()
+    del rd
+    gc.collect()
+    assert bytes(view) == b"held"  # the view stays valid...
     view.release()
+    assert held() == ring_own  # ...and the mapping and its descriptor go with it
+    assert unraisable == []  # nothing is left to fail in a finalizer
+
+
+def test_the_engine_cannot_write_into_a_workers_ring(ring: SlotRing, reader: SlotReader) -> None:
+    view = reader.view(ring.write(b"frame"))
+    assert view.readonly
+    with pytest.raises(TypeError):
+        view[0] = 0
+    view.release()
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../etc/passwd", "wg-1/x"])
+def test_a_reader_refuses_a_name_outside_the_shared_memory_directory(name: str) -> None:
+    with pytest.raises(ValueError, match="not a shared-memory segment name"):
+        SlotReader(name, SLOT)
 
 
 _CHILD = textwrap.dedent("""
