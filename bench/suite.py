@@ -172,18 +172,23 @@ def chromium_version() -> str | None:
     return None
 
 
-def git_revision() -> str | None:
-    """The checkout's commit, with ``-dirty`` when the working tree has changes; ``WEBGYM_CODE_REVISION`` where the
-    code runs from a copy without its git history (a GPU machine's)."""
+# Pages and stored results, not code: a benchmark that has written its plot into docs/benchmarks/ before it takes
+# the machine facts, or a page edited during a run, does not make the code that ran "dirty".
+NOT_CODE = (":(exclude)docs", ":(exclude)README.md")
+
+
+def git_revision(root: Path = ROOT) -> str | None:
+    """The checkout's commit, with ``-dirty`` when the working tree's code has changes (the docs do not count);
+    ``WEBGYM_CODE_REVISION`` where the code runs from a copy without its git history (a GPU machine's)."""
     if os.environ.get("WEBGYM_CODE_REVISION"):
         return os.environ["WEBGYM_CODE_REVISION"]
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10)
         if rev.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE],
+                               cwd=root, capture_output=True, text=True, timeout=10)
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from bench import ceiling
 from bench.cli import bench
 from bench.publish import publish, summary_markdown
-from bench.suite import SUITE_NAMES, Figure, SuiteResult, plot_series, write_suite
+from bench.suite import SUITE_NAMES, Figure, SuiteResult, git_revision, plot_series, write_suite
 from bench.suites.overhead import PHASE_NAMES
 from bench.suites.policy import gpu_unavailable_reason
 
@@ -192,3 +192,27 @@ def test_module_entry_point() -> None:
     out = subprocess.run([sys.executable, "-m", "bench.cli", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "ceiling" in out.stdout and "--quick" in out.stdout
+
+
+def test_the_revision_stamp_is_dirty_for_changed_code_not_for_changed_docs(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WEBGYM_CODE_REVISION", raising=False)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    (tmp_path / "docs" / "benchmarks").mkdir(parents=True)
+    files = {"engine.py": "x = 1\n", "README.md": "# r\n", "docs/benchmarks/chaos.json": "{}\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    head = git("rev-parse", "--short", "HEAD")
+    assert git_revision(tmp_path) == head
+    (tmp_path / "docs/benchmarks/chaos.json").write_text('{"a": 1}\n')  # a benchmark's own output
+    (tmp_path / "README.md").write_text("# r2\n")
+    assert git_revision(tmp_path) == head
+    (tmp_path / "engine.py").write_text("x = 2\n")
+    assert git_revision(tmp_path) == f"{head}-dirty"
