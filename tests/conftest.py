@@ -42,9 +42,16 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 # (exempt from the network policy: browserpool.netpolicy.register_engine_site).
 @pytest.fixture(scope="session", autouse=True)
 def site_server() -> Iterator[str]:
-    """Base URL (``http://127.0.0.1:PORT``) of a SiteServer that serves tests/fixtures under /fixtures."""
-    with SiteServer(mounts={"/fixtures": FIXTURES_DIR}) as server:
+    """Base URL (``http://127.0.0.1:PORT``) of a SiteServer that serves the bundled sites, tests/fixtures under
+    /fixtures, and the tests' own endpoints (``tests/site_endpoints.py``: slow, hanging and echo pages)."""
+    with SiteServer(mounts={"/fixtures": FIXTURES_DIR}, module="tests.site_endpoints") as server:
         yield server.base_url
+
+
+@pytest.fixture(scope="session")
+def sites(site_server: str) -> str:
+    """Base URL of the bundled sites: the tests' site server serves them at /."""
+    return site_server
 
 
 @pytest.fixture(scope="session")

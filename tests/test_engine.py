@@ -6,7 +6,6 @@ import asyncio
 import gc
 import json
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,12 @@ from engine.core import EngineCore
 from engine.plan_feed import PlanFeeder
 from engine.rollout import EpisodeStatus, Rollout
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
 from engine.tasks import load_tasks
 from policy.registry import make_policy
 from tests.conftest import subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 def config(tmp_path: Path, tasks: Path, **kw: object) -> RunConfig:

@@ -9,11 +9,9 @@ listening and serves until SIGTERM or SIGINT. The engine normally uses :class:`S
 starts that command as a child process so that serving pages never costs the engine's event loop
 any CPU time.
 
-Besides files, a few endpoints exist for tests of the browser layer:
-
-* ``/_test/slow?ms=N``: a small HTML page (``<title>slow</title>``) answered after N milliseconds;
-* ``/_test/hang``: never answered; the connection is held until the server stops;
-* ``/_test/echo?...``: a small HTML page showing the query string.
+It serves files only. A program that needs more endpoints (the tests' slow and hanging pages,
+``tests/site_endpoints.py``) subclasses :class:`SiteRequestHandler`, calls :func:`main` with it, and is started
+with ``SiteServer(module=...)``.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import IO
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from browserpool.netpolicy import register_engine_site, unregister_engine_site
 
@@ -67,7 +65,6 @@ MIME_TYPES: dict[str, str] = {
 }
 DEFAULT_MIME = "application/octet-stream"
 STATIC_CACHE_CONTROL = "max-age=3600"
-MAX_SLOW_MS = 600_000
 
 
 class SiteHTTPServer(ThreadingHTTPServer):
@@ -76,13 +73,14 @@ class SiteHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # many browser contexts open connections at the same moment
 
-    def __init__(self, address: tuple[str, int], roots: list[tuple[str, Path]]) -> None:
+    def __init__(self, address: tuple[str, int], roots: list[tuple[str, Path]],
+                 handler: type[SiteRequestHandler] | None = None) -> None:
         # Longest prefix first, so that a mount under "/" never shadows a more specific one.
         self.roots = sorted(roots, key=lambda r: len(r[0]), reverse=True)
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # set when the server stops: a handler that waits should return then
         self._file_cache: dict[Path, tuple[int, int, bytes]] = {}
         self._cache_lock = threading.Lock()
-        super().__init__(address, SiteRequestHandler)
+        super().__init__(address, handler or SiteRequestHandler)
 
     def read_file(self, path: Path) -> bytes:
         """Return a file's bytes, cached in memory for as long as its size and mtime are unchanged."""
@@ -107,7 +105,7 @@ class SiteHTTPServer(ThreadingHTTPServer):
 
 
 class SiteRequestHandler(BaseHTTPRequestHandler):
-    """Serves files from the server's roots plus the ``/_test/`` endpoints."""
+    """Serves files from the server's roots (GET and HEAD)."""
 
     protocol_version = "HTTP/1.1"
     server_version = "WebGymSites/1.0"
@@ -124,56 +122,20 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
     # -- dispatch ---------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        self._dispatch(send_body=True)
+        self.dispatch(send_body=True)
 
     def do_HEAD(self) -> None:
-        self._dispatch(send_body=False)
+        self.dispatch(send_body=False)
 
     def _method_not_allowed(self) -> None:
-        self._send_bytes(HTTPStatus.METHOD_NOT_ALLOWED, b"", "text/plain", extra={"Allow": "GET, HEAD"})
+        self.send_bytes(HTTPStatus.METHOD_NOT_ALLOWED, b"", "text/plain", extra={"Allow": "GET, HEAD"})
 
     do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed
 
-    def _dispatch(self, send_body: bool) -> None:
+    def dispatch(self, send_body: bool) -> None:
+        """Answer a GET (``send_body``) or HEAD: a subclass that serves more paths overrides this."""
         parts = urlsplit(self.path)
-        path = parts.path
-        if path.startswith("/_test/"):
-            self._test_endpoint(path, parts.query, send_body)
-        else:
-            self._serve_file(path, parts.query, send_body)
-
-    # -- test endpoints ---------------------------------------------------------------------------
-
-    def _test_endpoint(self, path: str, query: str, send_body: bool) -> None:
-        params = dict(parse_qsl(query, keep_blank_values=True))
-        if path == "/_test/slow":
-            try:
-                ms = int(float(params.get("ms", "1000")))
-            except ValueError:
-                ms = 1000
-            ms = max(0, min(ms, MAX_SLOW_MS))
-            # Waiting on the stop event (not time.sleep) lets the server stop promptly.
-            if self.server.stopping.wait(ms / 1000):
-                self.close_connection = True
-                return
-            body = _html_page("slow", f"<h1>Slow page</h1><p id='delay'>Answered after {ms} ms.</p>")
-            self._send_bytes(HTTPStatus.OK, body, MIME_TYPES[".html"], send_body, no_store=True)
-        elif path == "/_test/hang":
-            # Never answer; hold the connection (this thread only) until the server stops.
-            self.server.stopping.wait()
-            self.close_connection = True
-        elif path == "/_test/echo":
-            rows = "".join(
-                f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                for k, v in parse_qsl(query, keep_blank_values=True)
-            )
-            body = _html_page(
-                "echo",
-                f"<h1>Echo</h1><pre id='query'>{html.escape(unquote(query))}</pre><table id='params'>{rows}</table>",
-            )
-            self._send_bytes(HTTPStatus.OK, body, MIME_TYPES[".html"], send_body, no_store=True)
-        else:
-            self._not_found(send_body)
+        self._serve_file(parts.path, parts.query, send_body)
 
     # -- files ------------------------------------------------------------------------------------
 
@@ -208,32 +170,33 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
         except UnicodeDecodeError:
             resolved = None
         if resolved is None:
-            self._not_found(send_body)
+            self.not_found(send_body)
             return
         _, target = resolved
         if target.is_dir():
             if not url_path.endswith("/"):
                 # Relative links inside index.html need the trailing slash, as with any web server.
                 location = url_path + "/" + (f"?{query}" if query else "")
-                self._send_bytes(HTTPStatus.MOVED_PERMANENTLY, b"", "text/plain", extra={"Location": location})
+                self.send_bytes(HTTPStatus.MOVED_PERMANENTLY, b"", "text/plain", extra={"Location": location})
                 return
             target = target / "index.html"
         if not target.is_file():
-            self._not_found(send_body)
+            self.not_found(send_body)
             return
         try:
             data = self.server.read_file(target)
         except OSError:
-            self._not_found(send_body)
+            self.not_found(send_body)
             return
         mime = MIME_TYPES.get(target.suffix.lower(), DEFAULT_MIME)
-        self._send_bytes(HTTPStatus.OK, data, mime, send_body)
+        self.send_bytes(HTTPStatus.OK, data, mime, send_body)
 
-    def _not_found(self, send_body: bool = True) -> None:
-        body = _html_page("404 Not Found", "<h1>Not Found</h1><p>The requested URL was not found.</p>")
-        self._send_bytes(HTTPStatus.NOT_FOUND, body, MIME_TYPES[".html"], send_body, no_store=True)
+    def not_found(self, send_body: bool = True) -> None:
+        """Answer 404 with a small HTML page."""
+        body = html_page("404 Not Found", "<h1>Not Found</h1><p>The requested URL was not found.</p>")
+        self.send_bytes(HTTPStatus.NOT_FOUND, body, MIME_TYPES[".html"], send_body, no_store=True)
 
-    def _send_bytes(
+    def send_bytes(
         self,
         status: HTTPStatus,
         body: bytes,
@@ -243,6 +206,7 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
         no_store: bool = False,
         extra: dict[str, str] | None = None,
     ) -> None:
+        """Answer with ``body`` (not sent for HEAD), its type and length, and the cache policy."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -255,7 +219,8 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def _html_page(title: str, body_html: str) -> bytes:
+def html_page(title: str, body_html: str) -> bytes:
+    """A minimal HTML document with ``title`` (escaped) and ``body_html`` (as given)."""
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<link rel='icon' href='data:,'>"
@@ -284,8 +249,9 @@ def _watch_parent(parent_pid: int, stop: threading.Event) -> None:
             stop.set()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the server until SIGTERM/SIGINT; returns the process exit code."""
+def main(argv: list[str] | None = None, handler: type[SiteRequestHandler] | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT; returns the process exit code. ``handler``: the request handler class
+    (default :class:`SiteRequestHandler`)."""
     parser = argparse.ArgumentParser(prog="python -m engine.sites.server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -305,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if not root.is_dir():
         parser.error(f"root directory does not exist: {root}")
     roots = [("/", root), *args.mount]
-    httpd = SiteHTTPServer((args.host, args.port), roots)
+    httpd = SiteHTTPServer((args.host, args.port), roots, handler)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -325,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(0.5):
             pass
     finally:
-        httpd.stopping.set()  # releases /_test/hang and /_test/slow handlers
+        httpd.stopping.set()  # releases handlers that wait on it
         httpd.shutdown()
         httpd.server_close()
     return 0
@@ -335,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class SiteServer:
-    """Runs ``python -m engine.sites.server`` as a child process.
+    """Runs ``python -m engine.sites.server`` (or ``module``, a server built on :func:`main`) as a child process.
 
     Example::
 
@@ -351,8 +317,10 @@ class SiteServer:
         *,
         root: Path | None = None,
         ready_timeout: float = 15.0,
+        module: str = "engine.sites.server",
     ) -> None:
         self.host = host
+        self.module = module  # the server program: this module, or one that calls main() with its own handler
         self.port = port
         self.mounts = {prefix: Path(directory) for prefix, directory in (mounts or {}).items()}
         self.root = root
@@ -375,7 +343,7 @@ class SiteServer:
 
     def command(self) -> list[str]:
         """The child's command line."""
-        cmd = [sys.executable, "-m", "engine.sites.server", "--host", self.host, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", self.module, "--host", self.host, "--port", str(self.port)]
         if self.root is not None:
             cmd += ["--root", str(Path(self.root).resolve())]
         for prefix, directory in self.mounts.items():
