@@ -3,7 +3,6 @@ hostile ones read quickly and safely (code is parsed, never run), and the system
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from engine.api import RolloutService
 from engine.config import RunConfig
 from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
 from engine.tasks import StepCaps, load_tasks
 from policy.agent_policy import AgentPolicy
@@ -196,12 +194,6 @@ class FormatStandInModel(LanguageModel):
     async def generate(self, request: ChatRequest) -> Generation:
         step = sum(1 for m in request.messages if m["role"] == "assistant")
         return Generation(self.replies[min(step, len(self.replies) - 1)], finish_reason="stop")
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -8,7 +8,6 @@ transformers model drives the same path in ``test_hf_engine.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,11 @@ from engine.agent.prompts import AgentConfig
 from engine.config import RunConfig
 from engine.model_api import image_refs
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.registry import BackendConfig, make_policy
 from tests.conftest import subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 def check_records(run_dir: Path, n: int, som: bool) -> list[dict]:

@@ -30,7 +30,6 @@ from engine.judge import JudgeConfig
 from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.policy_api import Policy
 from engine.runner import plan_episodes, run
-from engine.sites.server import SiteServer
 from engine.stats import RunStats
 from engine.store import RunStore, read_records
 from engine.tasks import load_tasks
@@ -226,12 +225,11 @@ async def test_a_context_over_the_heap_cap_is_replaced_not_reused(
     assert hog not in [slot.context for slot in worker.idle]
 
 
-async def test_a_browser_over_its_memory_cap_is_recycled_between_episodes(tmp_path: Path) -> None:
+async def test_a_browser_over_its_memory_cap_is_recycled_between_episodes(tmp_path: Path, sites: str) -> None:
     tasks = subset(tmp_path, per_site=1, max_len=4)
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, episodes=8,
                     worker=WorkerConfig(endpoint="", browser_memory_mib=1, memory_check_s=1.0))
-    with SiteServer() as server:
-        stats, run_dir = await asyncio.wait_for(run(cfg, make_policy("scripted"), server.base_url), 240)
+    stats, run_dir = await asyncio.wait_for(run(cfg, make_policy("scripted"), sites), 240)
     records = read_records(run_dir)
     assert len(records) == 8 and stats.summary()["lost"] == 0
     assert {r["status"] for r in records} == {"success"}, [r["error"] for r in records if r["error"]]

@@ -21,7 +21,6 @@ from engine.agent.coords import CoordFrame, parse_action
 from engine.agent.prompts import AgentConfig
 from engine.config import RunConfig
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
 from engine.tasks import BUNDLED_TASKS
 from policy.registry import make_policy
@@ -33,7 +32,7 @@ TASKS = ["shop-024", "shop-009", "wiki-013"]  # 7 clicks and an answer; a type w
 
 
 @pytest.fixture(scope="module")
-def scripted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def scripted_run(tmp_path_factory: pytest.TempPathFactory, sites: str) -> Iterator[Path]:
     tmp = tmp_path_factory.mktemp("scripted-run")
     lines = [line for line in BUNDLED_TASKS.read_text().splitlines() if json.loads(line)["task_id"] in TASKS]
     tasks = tmp / "tasks.jsonl"
@@ -41,8 +40,7 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=3, workers=1, telemetry=None)
 
     async def go() -> Path:
-        with SiteServer() as server:
-            _, run_dir = await run(cfg, make_policy("scripted"), server.base_url)
+        _, run_dir = await run(cfg, make_policy("scripted"), sites)
         return Path(run_dir)
 
     run_dir = asyncio.run(go())

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,18 +13,11 @@ import pytest
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
 from policy.instant import InstantPolicy
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 PAGES = ["/wiki/", "/shop/", "/forum/", "/travel/"]
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 def long_tasks(tmp_path: Path, n: int, steps: int) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,17 +19,10 @@ pytest.importorskip("torch")
 from engine.config import RunConfig  # noqa: E402
 from engine.model_api import SamplingParams  # noqa: E402
 from engine.runner import run  # noqa: E402
-from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 @pytest.fixture(scope="module")

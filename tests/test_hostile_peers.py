@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,11 @@ from browserpool.pool import BrowserPool, PoolConfig, PoolError
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.runner import load_task_source, plan_episodes, run
-from engine.sites.server import SiteServer
 from engine.store import RunStore, read_records
 from policy.registry import make_policy
 from tests.conftest import subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 def hello(worker_id: str, **kw: Any) -> P.Hello:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import zmq.asyncio
 from engine.config import RunConfig
 from engine.rollout import EpisodeStatus, Op, State
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.stats import RunStats
 from engine.telemetry import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
 from policy.registry import make_policy
@@ -342,12 +340,6 @@ def test_snapshot_end_of_run(snap_compare: Any, feed: list[dict[str, Any]]) -> N
 
 
 # --- a real engine, watched over its real socket -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
-
-
 @pytest.mark.timeout(90)
 async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: str) -> None:
     tasks = subset(tmp_path, per_site=2)

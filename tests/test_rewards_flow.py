@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ from engine.env import AsyncWebEnv
 from engine.judge import JudgeConfig, RubricJudge
 from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import read_records
 from engine.tasks import load_tasks
 from policy.registry import make_judge, make_policy
@@ -26,12 +25,6 @@ from tests.chat_test_server import ChatTestServer
 from tests.conftest import subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 def slow_task(task_id: str, waits: int, seconds: float) -> dict:

@@ -20,7 +20,6 @@ from engine.config import RunConfig
 from engine.judge import JudgeConfig, RubricJudge
 from engine.runlock import LOCK_NAME, RunDirBusy, holder_pid, lock_run_dir
 from engine.runner import run
-from engine.sites.server import SiteServer
 from engine.store import RunStore, read_records
 from policy.registry import make_judge, make_policy
 from tests.chat_test_server import ChatTestServer
@@ -147,12 +146,6 @@ class RunStoreClosing:
 
 
 # --- --resume judges what is still pending -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[str]:
-    with SiteServer() as server:
-        yield server.base_url
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -19,7 +19,6 @@ import train.samples as samples_mod  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
 from engine.model_api import ChatRequest, Generation, SamplingParams, image_refs  # noqa: E402
 from engine.runner import run  # noqa: E402
-from engine.sites.server import SiteServer  # noqa: E402
 from engine.store import read_records  # noqa: E402
 from engine.tasks import BUNDLED_TASKS  # noqa: E402
 from policy.agent_policy import generation_details  # noqa: E402
@@ -55,7 +54,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Path]:
+def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, sites: str) -> Iterator[Path]:
     """Two bundled tasks (10 steps each: the tiny model never answers) with the hf backend, sampling at
     temperature 0.7 and top_p 0.9 (the recorded log-probs are the model's own distribution all the same)."""
     import asyncio
@@ -67,8 +66,7 @@ def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterat
                          backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
 
     async def go() -> Path:
-        with SiteServer() as server:
-            _, run_dir = await run(cfg, policy, server.base_url)
+        _, run_dir = await run(cfg, policy, sites)
         return Path(run_dir)
 
     yield asyncio.run(go())
