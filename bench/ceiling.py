@@ -31,7 +31,7 @@ from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool
 from engine.config import RunConfig
 from engine.core import EngineCore, pool_config
-from engine.rollout import EpisodeStatus, State
+from engine.rollout import EpisodeStatus
 from engine.sites.server import SiteServer
 from engine.store import RunStore, read_records
 from engine.tasks import Task
@@ -167,15 +167,12 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         pool = BrowserPool(pool_config(cfg, os.path.join(tmp, "workers.log")))
         await pool.start()
         stepping: set[str] = set()
-        failed: set[str] = set()  # episodes that ended as errors
 
         def on_status(st: EpisodeStatus) -> None:
             # An episode that ended before stepping (an error) counts as ready: else the ramp would wait for it
             # until every other episode had run out its steps, and the window would measure nothing.
             if st.step >= 2 or st.ended:
                 stepping.add(st.episode_id)
-            if st.state is State.FAILED:
-                failed.add(st.episode_id)
 
         core = EngineCore(cfg, pool=pool, store=store)
         await core.start()
@@ -201,7 +198,7 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
         await core.close()
         await pool.close()
         store.close()
-        errors = error_detail(tmp, failed)
+        errors = error_detail(tmp)
     rate = (s1 - s0) / (t1 - t0)
     lat = sorted(stats.step_latencies_ms[s0:s1]) or [0.0]
     return {"concurrency": n, "steps_per_s": round(rate, 2),
@@ -215,12 +212,13 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
             "errors": stats.outcomes["error"], "error_detail": errors}
 
 
-def error_detail(run_dir: str, episode_ids: set[str]) -> list[dict[str, Any]]:
-    """What ended each of these episodes (kind, message, steps made), from the run's records: a benchmark
-    that counts errors says what they were, since its run directory is removed afterwards."""
+def error_detail(run_dir: str) -> list[dict[str, Any]]:
+    """What ended each episode of the run that ended as an error (kind, message, steps made), from its records: a
+    benchmark that counts errors says what they were, since its run directory is removed afterwards (an episode
+    cut when the window closed writes no record)."""
     return [{"kind": r["error"]["kind"], "message": r["error"]["message"][:300], "steps": len(r["steps"]),
              "website": r["task"]["website"]}
-            for r in read_records(run_dir) if r["episode_id"] in episode_ids and r.get("error")]
+            for r in read_records(run_dir) if r["status"] == "error"]
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import sys
 from http import HTTPStatus
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 from engine.sites.server import MIME_TYPES, SiteRequestHandler, html_page, main
 
@@ -23,21 +23,20 @@ MAX_SLOW_MS = 600_000
 class EndpointHandler(SiteRequestHandler):
     """Files as the bundled-site server serves them, and the ``/_test/`` endpoints."""
 
-    def dispatch(self, send_body: bool) -> None:
-        parts = urlsplit(self.path)
-        if not parts.path.startswith("/_test/"):
-            super().dispatch(send_body)
+    def serve(self, url_path: str, query: str, send_body: bool) -> None:
+        if not url_path.startswith("/_test/"):
+            super().serve(url_path, query, send_body)
             return
-        params = parse_qsl(parts.query, keep_blank_values=True)
-        if parts.path == "/_test/slow":
+        params = parse_qsl(query, keep_blank_values=True)
+        if url_path == "/_test/slow":
             self._slow(dict(params).get("ms", "1000"), send_body)
-        elif parts.path == "/_test/hang":
+        elif url_path == "/_test/hang":
             # Never answer; hold the connection (this thread only) until the server stops.
             self.server.stopping.wait()
             self.close_connection = True
-        elif parts.path == "/_test/echo":
+        elif url_path == "/_test/echo":
             rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in params)
-            body = html_page("echo", f"<h1>Echo</h1><pre id='query'>{html.escape(unquote(parts.query))}</pre>"
+            body = html_page("echo", f"<h1>Echo</h1><pre id='query'>{html.escape(unquote(query))}</pre>"
                                      f"<table id='params'>{rows}</table>")
             self.send_bytes(HTTPStatus.OK, body, MIME_TYPES[".html"], send_body, no_store=True)
         else:

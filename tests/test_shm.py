@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from browserpool.protocol import FrameRef
-from browserpool.shm import SlotReader, SlotRing, unlink_segment
+from browserpool.shm import SHM_DIR, SlotReader, SlotRing, unlink_segment
 
 SLOT = 4096
 
 
 def shm_path(name: str) -> Path:
-    return Path("/dev/shm") / name.lstrip("/")
+    return Path(SHM_DIR) / name.lstrip("/")
 
 
 @pytest.fixture

@@ -122,20 +122,23 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
     # -- dispatch ---------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        self.dispatch(send_body=True)
+        self._dispatch(send_body=True)
 
     def do_HEAD(self) -> None:
-        self.dispatch(send_body=False)
+        self._dispatch(send_body=False)
 
     def _method_not_allowed(self) -> None:
         self.send_bytes(HTTPStatus.METHOD_NOT_ALLOWED, b"", "text/plain", extra={"Allow": "GET, HEAD"})
 
     do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed
 
-    def dispatch(self, send_body: bool) -> None:
-        """Answer a GET (``send_body``) or HEAD: a subclass that serves more paths overrides this."""
+    def _dispatch(self, send_body: bool) -> None:
         parts = urlsplit(self.path)
-        self._serve_file(parts.path, parts.query, send_body)
+        self.serve(parts.path, parts.query, send_body)
+
+    def serve(self, url_path: str, query: str, send_body: bool) -> None:
+        """Answer a GET (``send_body``) or HEAD of ``url_path``: a subclass that serves more paths overrides this."""
+        self._serve_file(url_path, query, send_body)
 
     # -- files ------------------------------------------------------------------------------------
 
@@ -249,9 +252,8 @@ def _watch_parent(parent_pid: int, stop: threading.Event) -> None:
             stop.set()
 
 
-def main(argv: list[str] | None = None, handler: type[SiteRequestHandler] | None = None) -> int:
-    """Run the server until SIGTERM/SIGINT; returns the process exit code. ``handler``: the request handler class
-    (default :class:`SiteRequestHandler`)."""
+def main(argv: list[str] | None = None, handler: type[SiteRequestHandler] = SiteRequestHandler) -> int:
+    """Run the server until SIGTERM/SIGINT with ``handler`` as its request handler; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m engine.sites.server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -320,11 +322,11 @@ class SiteServer:
         module: str = "engine.sites.server",
     ) -> None:
         self.host = host
-        self.module = module  # the server program: this module, or one that calls main() with its own handler
         self.port = port
         self.mounts = {prefix: Path(directory) for prefix, directory in (mounts or {}).items()}
         self.root = root
         self.ready_timeout = ready_timeout
+        self.module = module  # the server program: this module, or one that calls main() with its own handler
         self._proc: subprocess.Popen[str] | None = None
         self._stderr: IO[str] | None = None
         self._base_url: str | None = None
