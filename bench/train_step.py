@@ -2,7 +2,8 @@
 and MLP as transformers runs them and as the trainer does, with and without activation checkpointing.
 
     python -m bench.train_step [--batch 1 4] [--seq 2048] [--images 2] [--steps 4] [--vision-attention both]
-        [--vision-mlp both] [--checkpointing off vision on] [--profile] [--json docs/benchmarks/train_step.json]
+        [--vision-mlp both] [--checkpointing off vision on] [--compile off all] [--profile]
+        [--json docs/benchmarks/train_step.json]
 
 The architecture is built in code (no download, nothing written to disk) directly on the GPU in bfloat16: text
 model 2048 wide, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocabulary 151,936; vision tower 32 blocks, 1280
@@ -13,19 +14,22 @@ default: 792 LLM tokens each) and a ``--reply``-token target at the end. One ste
 token-mean NLL, backward, gradient clipping and an AdamW step (bf16 parameters and optimiser state, so that a
 3.75B-parameter model fits one 80 GB GPU; the trainer itself keeps float32 master weights).
 
-Every combination of ``--batch``, ``--vision-attention`` (``varlen``: one call per block for all windows and
-images, the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``),
-``--vision-mlp`` (``aligned``: the MLP's 3,420-wide intermediate padded to 3,424, :mod:`policy.vision_mlp`;
-``default``; ``both``) and ``--checkpointing`` (``off``, ``vision``: the tower's blocks only, ``on``: every layer)
-is timed on the same model. Printed per setting: seconds per step, tokens/s, model-FLOP utilisation, peak GPU
-memory (allocated and reserved); a setting that runs out of memory says so. Model FLOPs (:func:`step_flops`) are
+Every combination of ``--batch``, ``--vision-attention`` (``varlen``: one call per block for all windows and images,
+the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``), ``--vision-mlp``
+(``aligned``: the MLP's 3,420-wide intermediate padded to 3,424, :mod:`policy.vision_mlp`; ``default``; ``both``),
+``--checkpointing`` (``off``, ``vision``: the tower's blocks only, ``on``: every layer) and ``--compile`` (``off``;
+``vision``: the tower's blocks through ``torch.compile``; ``all``: those and the language model's layers,
+:mod:`policy.compiled_blocks`) is timed on the same model; a compiled setting's warm-up steps take its compile time,
+which is printed apart. Printed per setting: seconds per step, tokens/s, model-FLOP utilisation, peak GPU memory
+(allocated and reserved); a setting that runs out of memory says so. Model FLOPs (:func:`step_flops`) are
 the usual 6 x parameters x tokens of every matrix product each token or patch goes through (the language model's
 layers for every token, the vision blocks for every patch, the merger for every image token, the vocabulary
 projection for the label positions only, as the trainer computes it) plus the attention products (causal in the
 language model, per window or per image in the tower); a checkpointed recompute is not counted. Utilisation
 divides by the chip's dense bf16 peak (:data:`PEAK_BF16_TFLOPS`, or ``--peak-tflops``). ``--profile`` adds a
 PyTorch profile of two more steps of each setting: kernels launched per step, the GPU's busy time, the busiest
-kernels. ``--json`` stores it all (``bench.report`` convention) for ``bench.publish``.
+kernels. ``--json`` stores it all (``bench.report`` convention) for ``bench.publish``, rewritten after every
+setting, so that a run cut short keeps what it measured.
 
 Without a CUDA GPU it prints a message and exits (status 0); ``--tiny --device cpu`` runs the same code on a
 tiny model of the same architecture, to check it.
@@ -39,8 +43,11 @@ import gc
 import itertools
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
+
+from policy.compiled_blocks import COMPILE_MODES
 
 IMAGE_TOKEN, VISION_START, VISION_END, VIDEO_TOKEN = 151655, 151652, 151653, 151656
 
@@ -151,9 +158,10 @@ def step_flops(model: Any, batch: int, seq: int, images: int, height: int, width
 
 
 def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmup: int,
-               profile: bool = False) -> tuple[float, float | None, float | None, dict[str, Any] | None]:
-    """Mean seconds per training step (after ``warmup`` steps), the peak GPU memory allocated and reserved in GiB,
-    (None off a GPU) and (``profile``) what a PyTorch profile of two more steps shows."""
+               profile: bool = False) -> tuple[float, float, float | None, float | None, dict[str, Any] | None]:
+    """Mean seconds per training step (after ``warmup`` steps), the seconds of the first step (a compiled
+    setting's compile time is in it), the peak GPU memory allocated and reserved in GiB (None off a GPU) and
+    (``profile``) what a PyTorch profile of two more steps shows."""
     import torch
 
     from train.logprobs import label_logprobs
@@ -173,19 +181,19 @@ def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmu
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     times = []
-    for i in range(warmup + steps):
+    for _ in range(warmup + max(1, steps)):
         if cuda:
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         step()
         if cuda:
             torch.cuda.synchronize(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
+    first, times = times[0], times[warmup:]
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
     reserved = torch.cuda.max_memory_reserved(device) / 2**30 if cuda else None
     found = profile_steps(step, device, 2) if profile else None
-    return sum(times) / len(times), peak, reserved, found
+    return sum(times) / len(times), first, peak, reserved, found
 
 
 def profile_steps(step: Any, device: Any, steps: int, top: int = 12) -> dict[str, Any]:
@@ -217,20 +225,34 @@ def profile_steps(step: Any, device: Any, steps: int, top: int = 12) -> dict[str
                              "calls_per_step": round(len(t) / steps, 1)} for name, t in busiest]}
 
 
+#: The settings a row compares, in the order its name gives them.
+SETTING_KEYS: tuple[str, ...] = ("vision_attention", "vision_mlp", "checkpointing", "compile")
+
+#: The speed-ups printed and stored: (setting, after, before), every other setting equal.
+COMPARISONS: tuple[tuple[str, str, str], ...] = (
+    ("vision_attention", "varlen", "default"), ("vision_mlp", "aligned", "default"),
+    ("compile", "vision", "off"), ("compile", "all", "off"))
+
+
+def _setting_name(r: dict[str, Any], seq: int, leave_out: str | None = None) -> str:
+    words = [f"{k.replace('vision_', '')} {r[k]}" for k in SETTING_KEYS if k != leave_out]
+    return f"{r['batch']} x {seq:,}, " + ", ".join(words)
+
+
 def summary_rows(results: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
     """The headline rows: each setting's tokens/s, utilisation and memory (the goals on the varlen settings with the
-    aligned MLP where it was measured), then varlen / default attention and aligned / default MLP speed-ups."""
+    aligned MLP and the most compiled blocks measured), then the speed-ups of :data:`COMPARISONS`."""
     from bench.report import row
 
     mlps = {r["vision_mlp"] for r in results}
     primary = "aligned" if "aligned" in mlps else next(iter(mlps), None)
+    compiled = max((r["compile"] for r in results), key=COMPILE_MODES.index, default="off")
     rows = []
     for r in results:
         if r["tokens_per_s"] is None:
             continue
-        name = (f"{r['batch']} x {seq:,}, vision attention {r['vision_attention']}, MLP {r['vision_mlp']}, "
-                f"checkpointing {r['checkpointing']}")
-        best = r["vision_attention"] == "varlen" and r["vision_mlp"] == primary
+        name = _setting_name(r, seq)
+        best = r["vision_attention"] == "varlen" and r["vision_mlp"] == primary and r["compile"] == compiled
         goal = best and r["batch"] == 1 and r["checkpointing"] == "off"
         rows.append(row(f"{name}: tokens/s", r["tokens_per_s"], "tokens/s",
                         ">= 8,000 (H200)" if goal else None, r["tokens_per_s"] >= 8000 if goal else None))
@@ -242,18 +264,15 @@ def summary_rows(results: list[dict[str, Any]], seq: int) -> list[dict[str, Any]
             rows.append(row(f"{name}: peak memory reserved", r["peak_reserved_gib"], "GiB",
                             "fits an H100 80GB (79.6 GiB): <= 79 GiB" if fits else None,
                             r["peak_reserved_gib"] <= 79 if fits else None))
-    for key, after, before in (("vision_attention", "varlen", "default"), ("vision_mlp", "aligned", "default")):
+    for key, after, before in COMPARISONS:
         for r in results:
             if r[key] != after or r["tokens_per_s"] is None:
                 continue
-            base = next((b for b in results if b[key] == before and b["tokens_per_s"]
-                         and all(b[k] == r[k] for k in ("batch", "checkpointing", "vision_attention", "vision_mlp")
-                                 if k != key)), None)
+            base = next((b for b in results if b[key] == before and b["tokens_per_s"] and b["batch"] == r["batch"]
+                         and all(b[k] == r[k] for k in SETTING_KEYS if k != key)), None)
             if base:
-                other = "vision_mlp" if key == "vision_attention" else "vision_attention"
-                rows.append(row(f"{r['batch']} x {seq:,}, {other.replace('vision_', '')} {r[other]}, checkpointing "
-                                f"{r['checkpointing']}: {key.replace('vision_', '')} {after} / {before} tokens/s",
-                                r["tokens_per_s"] / base["tokens_per_s"], "x"))
+                rows.append(row(f"{_setting_name(r, seq, leave_out=key)}: {key.replace('vision_', '')} {after} / "
+                                f"{before} tokens/s", r["tokens_per_s"] / base["tokens_per_s"], "x"))
     return rows
 
 
@@ -276,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vision-mlp", choices=("aligned", "default", "both"), default="both",
                         help="the vision MLP: aligned (intermediate width padded to a multiple of 8, "
                              "policy.vision_mlp) or default (transformers' own), or both")
+    parser.add_argument("--compile", nargs="+", choices=COMPILE_MODES, default=["off"],
+                        help="torch.compile of the vision tower's blocks (vision) and the language model's layers "
+                             "too (all), or none (off): each one given is timed")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the chip's dense bf16 peak (default: known "
                         "chips' datasheet figure)")
     parser.add_argument("--profile", action="store_true", help="profile two more steps of every setting")
@@ -291,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from transformers import Qwen2_5_VLForConditionalGeneration
 
+    from policy.compiled_blocks import set_compiled_blocks
     from policy.vision_attention import set_vision_attention
     from policy.vision_mlp import set_vision_mlp
     from train.model_io import set_checkpointing
@@ -315,61 +338,78 @@ def main(argv: list[str] | None = None) -> int:
     vision_settings = ["default", "varlen"] if args.vision_attention == "both" else [args.vision_attention]
     mlp_settings = ["default", "aligned"] if args.vision_mlp == "both" else [args.vision_mlp]
     results: list[dict[str, Any]] = []
+    config_out = vars(args) | {"json": None, "device_name": name, "peak_bf16_tflops": peak, "parameters": n_params}
     for n in args.batch:
         batch = synthetic_batch(n, args.seq, args.images, height, width, args.reply, mm_token_types=wants_types)
         flops = step_flops(model, n, args.seq, args.images, height, width, args.reply)
-        tokens = n * args.seq
         print(f"batch: {n} x {args.seq} tokens, {args.images} screenshots of {width}x{height} ({per_image} tokens "
               f"each) per sequence, {args.reply} target tokens per sequence; {flops / 1e12:.1f} TFLOP per step")
-        for vision, mlp, ckpt in itertools.product(vision_settings, mlp_settings, args.checkpointing):
-            used = set_vision_attention(model, vision)
-            padded = set_vision_mlp(model, mlp)
+        for vision, mlp, ckpt, compiled in itertools.product(vision_settings, mlp_settings, args.checkpointing,
+                                                             args.compile):
+            setting = {"batch": n, "vision_attention": vision, "implementation": set_vision_attention(model, vision),
+                       "vision_mlp": mlp, "mlps_padded": set_vision_mlp(model, mlp), "checkpointing": ckpt,
+                       "compile": compiled, "blocks_compiled": set_compiled_blocks(model, compiled)}
             set_checkpointing(model, checkpointing_value[ckpt])
-            label = f"  vision attention {vision} ({used}), MLP {mlp} ({padded} padded), checkpointing {ckpt:>6}"
-            found = {"batch": n, "vision_attention": vision, "implementation": used, "vision_mlp": mlp,
-                     "mlps_padded": padded, "checkpointing": ckpt,
-                     "step_s": None, "tokens_per_s": None, "mfu": None, "peak_allocated_gib": None,
-                     "peak_reserved_gib": None, "out_of_memory": False}
-            try:
-                step_s, allocated, reserved, prof = time_steps(model, batch, device, args.steps, args.warmup,
-                                                               profile=args.profile)
-            except torch.OutOfMemoryError:
-                print(f"{label}: out of GPU memory")
-                found["out_of_memory"] = True
-            else:
-                mfu = flops / step_s / (peak * 1e12) if peak else None
-                found.update(step_s=round(step_s, 4), tokens_per_s=round(tokens / step_s, 1),
-                             mfu=round(mfu, 4) if mfu is not None else None,
-                             peak_allocated_gib=allocated and round(allocated, 2),
-                             peak_reserved_gib=reserved and round(reserved, 2))
-                memory = f", peak memory {allocated:.1f} GiB allocated, {reserved:.1f} GiB reserved" if (
-                    allocated is not None and reserved is not None) else ""
-                print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s"
-                      f"{f', {100 * mfu:.1f}% MFU' if mfu is not None else ''}{memory}")
-                if prof:
-                    found["profile"] = prof
-                    print(f"    profile: {prof['kernels_per_step']} kernels per step, GPU busy "
-                          f"{prof['gpu_busy_ms_per_step']} of {prof['wall_ms_per_step']} ms")
-                    for k in prof["top_kernels"]:
-                        print(f"      {k['ms_per_step']:8.2f} ms {k['calls_per_step']:7.1f} calls  {k['name']}")
-            results.append(found)
-            model.zero_grad(set_to_none=True)
-            gc.collect()
-            if device.type == "cuda":
-                with contextlib.suppress(Exception):
-                    torch.cuda.empty_cache()
-    rows = summary_rows(results, args.seq)
-    for r in rows:
+            results.append(measure(model, batch, device, setting, n * args.seq, flops, peak, args))
+            if args.json:
+                store(args.json, config_out, results, args.seq)
+    for r in summary_rows(results, args.seq):
         if r["unit"] == "x":
             print(f"{r['figure']}: {r['value']:.2f}x")
     if args.json:
-        from bench.report import write_result
-
-        config_out = vars(args) | {"json": None, "device_name": name, "peak_bf16_tflops": peak,
-                                   "parameters": n_params}
-        write_result(args.json, "train_step", config_out, rows, [], [], settings=results)
         print(f"stored in {args.json}")
     return 0
+
+
+def measure(model: Any, batch: dict[str, Any], device: Any, setting: dict[str, Any], tokens: int, flops: float,
+            peak: float | None, args: argparse.Namespace) -> dict[str, Any]:
+    """Time one setting (already applied to ``model``), print it, and return it with its figures."""
+    import torch
+
+    label = (f"  vision attention {setting['vision_attention']} ({setting['implementation']}), MLP "
+             f"{setting['vision_mlp']} ({setting['mlps_padded']} padded), checkpointing {setting['checkpointing']:>6}, "
+             f"compile {setting['compile']} ({setting['blocks_compiled']} blocks)")
+    found = setting | {"step_s": None, "first_step_s": None, "tokens_per_s": None, "mfu": None,
+                       "peak_allocated_gib": None, "peak_reserved_gib": None, "out_of_memory": False, "error": None}
+    try:
+        step_s, first_s, allocated, reserved, prof = time_steps(model, batch, device, args.steps, args.warmup,
+                                                                profile=args.profile)
+    except torch.OutOfMemoryError:
+        print(f"{label}: out of GPU memory")
+        found["out_of_memory"] = True
+    except Exception as exc:  # a setting that fails (a compile error, say) is recorded; the others still run
+        traceback.print_exc()
+        print(f"{label}: failed: {exc!r}")
+        found["error"] = repr(exc)[:500]
+    else:
+        mfu = flops / step_s / (peak * 1e12) if peak else None
+        found.update(step_s=round(step_s, 4), first_step_s=round(first_s, 2), tokens_per_s=round(tokens / step_s, 1),
+                     mfu=round(mfu, 4) if mfu is not None else None,
+                     peak_allocated_gib=allocated and round(allocated, 2),
+                     peak_reserved_gib=reserved and round(reserved, 2))
+        memory = f", peak memory {allocated:.1f} GiB allocated, {reserved:.1f} GiB reserved" if (
+            allocated is not None and reserved is not None) else ""
+        print(f"{label}: {step_s:.3f} s/step, {tokens / step_s:,.0f} tokens/s"
+              f"{f', {100 * mfu:.1f}% MFU' if mfu is not None else ''}{memory}; first step {first_s:.1f} s")
+        if prof:
+            found["profile"] = prof
+            print(f"    profile: {prof['kernels_per_step']} kernels per step, GPU busy "
+                  f"{prof['gpu_busy_ms_per_step']} of {prof['wall_ms_per_step']} ms")
+            for k in prof["top_kernels"]:
+                print(f"      {k['ms_per_step']:8.2f} ms {k['calls_per_step']:7.1f} calls  {k['name']}")
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+    return found
+
+
+def store(path: Path, config: dict[str, Any], results: list[dict[str, Any]], seq: int) -> None:
+    """Write the results so far (``bench.report`` convention)."""
+    from bench.report import write_result
+
+    write_result(path, "train_step", config, summary_rows(results, seq), [], [], settings=results)
 
 
 if __name__ == "__main__":

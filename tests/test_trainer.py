@@ -73,6 +73,7 @@ def test_config_from_toml_yaml_and_json(tmp_path: Path) -> None:
     ('model_dir = "m"\nbatch_size = 1.5', "batch_size: expected an integer"),
     ('model_dir = "m"\nbf16 = "maybe"', "bf16: must be"),
     ('model_dir = "m"\nvision_mlp = "padded"', "vision_mlp: must be one of aligned, default"),
+    ('model_dir = "m"\ncompile_blocks = "yes"', "compile_blocks: must be one of off, vision, all"),
     ('model_dir = "m"\ngradient_checkpointing = "text"', "gradient_checkpointing: must be true, false or \"vision\""),
     ('model_dir = "m"\nbetas = [0.9]', "betas: expected a list of 2 numbers"),
     ('model_dir = "m"\nschedule = "linear"', "schedule: must be one of cosine, constant"),

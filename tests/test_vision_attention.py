@@ -18,12 +18,8 @@ pytest.importorskip("transformers")
 from engine.model_api import ChatRequest, SamplingParams  # noqa: E402
 from policy.hf_backend import HFModel  # noqa: E402
 from policy.tiny_models import ARCHS, build_tiny_model  # noqa: E402
-from policy.vision_attention import (  # noqa: E402
-    VARLEN_IMPLEMENTATION,
-    set_vision_attention,
-    varlen_attention_forward,
-    vision_towers,
-)
+from policy.varlen_attention import varlen_attention_forward  # noqa: E402
+from policy.vision_attention import VARLEN_IMPLEMENTATION, set_vision_attention, vision_towers  # noqa: E402
 from train.model_io import load_model, write_checkpoint  # noqa: E402
 
 TOL = 1e-5

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.prompts import AgentConfig
+from policy.compiled_blocks import COMPILE_MODES
 from policy.vision_attention import VISION_ATTENTION_MODES
 from policy.vision_mlp import VISION_MLP_MODES
 from train.model_io import CHECKPOINT_VISION
@@ -79,6 +80,8 @@ class TrainConfig:
     vision_attention: str = "varlen"
     # The vision MLP: aligned (Qwen2.5-VL's 3,420-wide MLP padded to 3,424 for the GPU's fast kernels) | default
     vision_mlp: str = "aligned"
+    # torch.compile of the repeated blocks: off | vision (the tower's blocks) | all (and the language model's layers)
+    compile_blocks: str = "off"
     seed: int = 0
     shuffle: bool = True
     bucket_window: int = 64  # length bucketing window (batches), see train.samples.bucket_batches
@@ -137,6 +140,7 @@ class TrainConfig:
         need(self.vision_attention in VISION_ATTENTION_MODES, "vision_attention",
              f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
         need(self.vision_mlp in VISION_MLP_MODES, "vision_mlp", f"must be one of {', '.join(VISION_MLP_MODES)}")
+        need(self.compile_blocks in COMPILE_MODES, "compile_blocks", f"must be one of {', '.join(COMPILE_MODES)}")
         need(math.isfinite(self.lr) and self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)")

@@ -1,0 +1,64 @@
+"""``torch.compile`` of a Qwen-VL model's repeated blocks: the vision tower's blocks and the language model's layers.
+
+A training step with screenshots launches over ten thousand kernels, most of them small elementwise ones (norms in
+float32, rotary embeddings, activations, casts), and with one sequence per step the host's launches, not the GPU,
+bound it (``bench.train_step --profile``). Compiling each block fuses those chains into a few kernels per block.
+
+Each block is compiled in place (``nn.Module.compile``) rather than the whole model: the blocks of one kind share
+their code, so one compiled graph serves all of them (parameters are the graph's inputs), compile time stays that of
+one block of each kind, and what runs between the blocks (the tower's window layout, the M-RoPE positions, the
+label log-probabilities) stays eager. The varlen vision attention builds its padded layout outside the graphs
+(:mod:`policy.varlen_attention`): its shapes depend on the window lengths' values. Activation checkpointing
+(:func:`train.model_io.set_checkpointing`) wraps a compiled block as it wraps an eager one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policy.vision_attention import vision_towers
+
+#: The settings: ``off``, ``vision`` (the vision tower's blocks), ``all`` (those and the language model's layers).
+COMPILE_MODES: tuple[str, ...] = ("off", "vision", "all")
+
+#: The graphs TorchDynamo may keep per code object once blocks are compiled (its default is 8).
+RECOMPILE_LIMIT = 64
+
+
+def repeated_blocks(model: Any) -> tuple[list[Any], list[Any]]:
+    """The vision tower's blocks and the language model's decoder layers of ``model`` (either list may be empty)."""
+    import torch.nn as nn
+
+    towers = vision_towers(model)
+    vision = list(getattr(towers[0], "blocks", [])) if towers else []
+    inside = {id(m) for m in towers[0].modules()} if towers else set()
+    language = next((list(m.layers) for m in model.modules()
+                     if id(m) not in inside and isinstance(getattr(m, "layers", None), nn.ModuleList)), [])
+    return vision, language
+
+
+def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int:
+    """Compile ``model``'s blocks for ``mode`` (:data:`COMPILE_MODES`) with ``backend`` and return how many are
+    compiled now. Safe to call again to switch: blocks left out of ``mode`` run eagerly again. The graphs are built
+    at each block's first call (the first step takes the compile time). Raises TorchDynamo's process-wide
+    ``recompile_limit`` to :data:`RECOMPILE_LIMIT` when anything is compiled."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {mode!r}")
+    vision, language = repeated_blocks(model)
+    chosen = {"off": [], "vision": vision, "all": vision + language}[mode]
+    if mode != "off" and not chosen:
+        raise ValueError(f"{type(model).__name__} has no vision blocks or decoder layers to compile")
+    if chosen:
+        import torch._dynamo
+
+        # Process-wide: every checkpointable layer class of transformers runs one wrapper's code
+        # (GradientCheckpointingLayer's forward_with_checkpointing), so windowed blocks, full-attention blocks and
+        # decoder layers, each at a few shapes, share one code object's cache of compiled graphs (default limit 8).
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    wanted = {id(b) for b in chosen}
+    for block in vision + language:
+        if id(block) in wanted:
+            block.compile(backend=backend)
+        else:
+            block._compiled_call_impl = None  # what nn.Module.compile sets; None: its eager forward again
+    return len(chosen)
