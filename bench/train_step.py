@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     from policy.compiled_blocks import set_compiled_blocks
     from policy.vision_attention import set_vision_attention
     from policy.vision_mlp import set_vision_mlp
+    from train.model_inputs import model_wants_mm_token_types
     from train.model_io import set_checkpointing
-    from train.samples import model_wants_mm_token_types
 
     width, height = (int(x) for x in args.image_size.lower().split("x"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -53,10 +53,10 @@ from policy.prompting import (
     image_token_id_of,
     load_tokenizer,
     prompt_sha256,
-    vision_token_ids,
 )
 from policy.vision import ProcessedImage, VisionConfig, load_vision_config, stack_images
 from policy.vision_attention import VISION_ATTENTION_MODES, set_vision_attention
+from policy.vision_tokens import vision_token_ids
 
 log = logging.getLogger(__name__)
 

@@ -138,10 +138,3 @@ def prompt_sha256(ids: Sequence[int]) -> str:
     return hashlib.sha256(np.asarray(ids, dtype="<i4").tobytes()).hexdigest()
 
 
-VISION_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-
-
-def vision_token_ids(config: Any) -> list[int]:
-    """The vision placeholder ids of a Qwen-VL config: never part of a reply (the hf backend suppresses them
-    when it samples, and the trainer leaves them out of its log-probabilities the same way)."""
-    return sorted({t for t in (getattr(config, k, None) for k in VISION_TOKEN_KEYS) if isinstance(t, int) and t >= 0})

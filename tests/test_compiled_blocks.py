@@ -17,8 +17,8 @@ from bench.train_step import qwen25_vl_3b_config, synthetic_batch  # noqa: E402
 from policy.compiled_blocks import RECOMPILE_LIMIT, repeated_blocks, set_compiled_blocks  # noqa: E402
 from policy.vision_attention import set_vision_attention  # noqa: E402
 from train.logprobs import label_logprobs  # noqa: E402
+from train.model_inputs import model_wants_mm_token_types  # noqa: E402
 from train.model_io import set_checkpointing  # noqa: E402
-from train.samples import model_wants_mm_token_types  # noqa: E402
 
 TOL = 1e-5
 

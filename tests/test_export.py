@@ -105,7 +105,8 @@ def test_demonstration_context_is_the_agent_protocol(scripted_run: Path) -> None
 def test_demonstrations_become_training_samples(scripted_run: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from policy.tiny_models import build_tiny_model
-    from train.samples import IGNORE_INDEX, Processing, samples_from_records
+    from train.model_inputs import IGNORE_INDEX
+    from train.samples import Processing, samples_from_records
 
     proc = Processing.load(build_tiny_model(tmp_path / "qwen3_vl", "qwen3_vl"))
     demos = demonstration_records(scripted_run)

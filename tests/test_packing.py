@@ -12,9 +12,9 @@ pytest.importorskip("transformers")
 
 from policy.tiny_models import ARCHS, build_tiny_model  # noqa: E402
 from train.logprobs import label_logprobs  # noqa: E402
+from train.model_inputs import IGNORE_INDEX  # noqa: E402
 from train.model_io import load_model  # noqa: E402
 from train.packing import batch_tokens, pack_plan, prepare_batch  # noqa: E402
-from train.samples import IGNORE_INDEX  # noqa: E402
 
 TOL = 1e-5
 #: Per sample: (text tokens before the images, image grids (T, H, W in patches), reply tokens).

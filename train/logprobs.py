@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.prompting import vision_token_ids
-from train.samples import IGNORE_INDEX
+from policy.vision_tokens import vision_token_ids
+from train.model_inputs import IGNORE_INDEX
 
 #: The batch keys a Qwen-VL forward takes.
 _INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "pixel_values", "image_grid_thw", "mm_token_type_ids")

@@ -44,7 +44,6 @@ key                       shape, dtype        meaning
 from __future__ import annotations
 
 import collections
-import inspect
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -64,12 +63,11 @@ from policy.prompting import (
     load_tokenizer,
     prompt_ids,
     prompt_sha256,
-    vision_token_ids,
 )
 from policy.vision import ProcessedImage, VisionConfig, load_vision_config, preprocess_jpeg, stack_images
+from policy.vision_tokens import vision_token_ids
 from train.behaviour import behaviour_temperature
-
-IGNORE_INDEX = -100
+from train.model_inputs import IGNORE_INDEX
 
 #: Decides whether a step becomes a sample and with which loss weight: ``select(run_index, record, step)``
 #: returns None to leave it out, or the weight.
@@ -405,21 +403,6 @@ class Collator:
         if self.mm_token_types:
             batch["mm_token_type_ids"] = (input_ids == self.image_token_id).to(torch.int32)
         return batch
-
-
-def model_wants_mm_token_types(model_or_dir: Any) -> bool:
-    """Whether the model's forward takes ``mm_token_type_ids`` (transformers >= 5 computes M-RoPE positions from
-    them), for a loaded model or a model directory (its class is found from ``config.json``, nothing loaded)."""
-    if isinstance(model_or_dir, (str, Path)):
-        from transformers import AutoConfig, AutoModelForImageTextToText
-
-        config = AutoConfig.from_pretrained(model_or_dir)
-        try:
-            cls = AutoModelForImageTextToText._model_mapping[type(config)]
-        except KeyError:
-            return False
-        return "mm_token_type_ids" in inspect.signature(cls.forward).parameters
-    return "mm_token_type_ids" in inspect.signature(model_or_dir.forward).parameters
 
 
 def _torch_iterable_base() -> type:

@@ -169,7 +169,7 @@ class Trainer:
         self.model = model
         self.class_name = type(self.model).__name__
         self.bf16 = self._want_bf16()
-        from train.samples import model_wants_mm_token_types
+        from train.model_inputs import model_wants_mm_token_types
 
         self.collate = Collator.for_processing(self.proc, mm_token_types=model_wants_mm_token_types(self.model))
         if cfg.gradient_checkpointing:
