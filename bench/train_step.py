@@ -348,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                                                              args.compile):
             setting = {"batch": n, "vision_attention": vision, "implementation": set_vision_attention(model, vision),
                        "vision_mlp": mlp, "mlps_padded": set_vision_mlp(model, mlp), "checkpointing": ckpt,
-                       "compile": compiled, "blocks_compiled": set_compiled_blocks(model, compiled)}
+                       "compile": compiled}
             set_checkpointing(model, checkpointing_value[ckpt])
+            setting["blocks_compiled"] = set_compiled_blocks(model, compiled)  # after checkpointing: it depends
             results.append(measure(model, batch, device, setting, n * args.seq, flops, peak, args))
             if args.json:
                 store(args.json, config_out, results, args.seq)

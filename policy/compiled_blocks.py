@@ -8,8 +8,9 @@ Each block is compiled in place (``nn.Module.compile``) rather than the whole mo
 their code, so one compiled graph serves all of them (parameters are the graph's inputs), compile time stays that of
 one block of each kind, and what runs between the blocks (the tower's window layout, the M-RoPE positions, the
 label log-probabilities) stays eager. The varlen vision attention builds its padded layout outside the graphs
-(:mod:`policy.varlen_attention`): its shapes depend on the window lengths' values. Activation checkpointing
-(:func:`train.model_io.set_checkpointing`) wraps a compiled block as it wraps an eager one.
+(:mod:`policy.varlen_attention`): its shapes depend on the window lengths' values. That graph break cannot sit
+inside activation checkpointing's recompute region (PyTorch would run the whole block eagerly), so a checkpointed
+block is compiled one level down: its attention, MLP and norms, each a graph of its own.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def repeated_blocks(model: Any) -> tuple[list[Any], list[Any]]:
 def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int:
     """Compile ``model``'s blocks for ``mode`` (:data:`COMPILE_MODES`) with ``backend`` and return how many are
     compiled now. Safe to call again to switch: blocks left out of ``mode`` run eagerly again. The graphs are built
-    at each block's first call (the first step takes the compile time). Raises TorchDynamo's process-wide
-    ``recompile_limit`` to :data:`RECOMPILE_LIMIT` when anything is compiled."""
+    at each block's first call (the first step takes the compile time). Call it after
+    :func:`train.model_io.set_checkpointing`: a checkpointed block is compiled part by part. Raises TorchDynamo's
+    process-wide ``recompile_limit`` to :data:`RECOMPILE_LIMIT` when anything is compiled."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {mode!r}")
     vision, language = repeated_blocks(model)
@@ -57,8 +59,17 @@ def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     wanted = {id(b) for b in chosen}
     for block in vision + language:
-        if id(block) in wanted:
-            block.compile(backend=backend)
-        else:
-            block._compiled_call_impl = None  # what nn.Module.compile sets; None: its eager forward again
+        # A checkpointed block is compiled one level down (its attention, MLP and norms): checkpoint runs its body
+        # as one region that cannot hold the attention layout's graph break, and would run it eagerly.
+        down = id(block) in wanted and bool(getattr(block, "gradient_checkpointing", False))
+        _set_compiled(block, id(block) in wanted and not down, backend)
+        for child in block.children():
+            _set_compiled(child, down, backend)
     return len(chosen)
+
+
+def _set_compiled(module: Any, on: bool, backend: str) -> None:
+    if on:
+        module.compile(backend=backend)
+    else:
+        module._compiled_call_impl = None  # what nn.Module.compile sets; None: its eager forward again

@@ -54,6 +54,11 @@ def test_compiled_blocks_give_the_eager_loss_and_gradients(model: Any) -> None:
         assert set_compiled_blocks(model, "off") == 0
         eager_loss, eager = _step(model, batch)
         assert set_compiled_blocks(model, "all", backend="aot_eager") == 4
+        # A checkpointed block is compiled part by part; the others whole.
+        for block in vision + language:
+            down = bool(checkpointing) and block in vision
+            assert (block._compiled_call_impl is None) == down
+            assert all((child._compiled_call_impl is not None) == down for child in block.children())
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
         loss, grads = _step(model, batch)
