@@ -240,26 +240,31 @@ def _setting_name(r: dict[str, Any], seq: int, leave_out: str | None = None) -> 
 
 
 def summary_rows(results: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
-    """The headline rows: each setting's tokens/s, utilisation and memory (the goals on the varlen settings with the
-    aligned MLP and the most compiled blocks measured), then the speed-ups of :data:`COMPARISONS`."""
+    """The headline rows: each setting's tokens/s, utilisation and memory, then the speed-ups of
+    :data:`COMPARISONS`. The goals (8,000 tokens/s and 35% utilisation on an H200; a peak under an 80 GB GPU's
+    memory with the tower checkpointed) are marked on the fastest varlen setting of each batch size without
+    checkpointing, and of each batch size above one with the tower checkpointed (the setting that fits 80 GB)."""
     from bench.report import row
 
-    mlps = {r["vision_mlp"] for r in results}
-    primary = "aligned" if "aligned" in mlps else next(iter(mlps), None)
-    compiled = max((r["compile"] for r in results), key=COMPILE_MODES.index, default="off")
+    fastest: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in results:
+        key = (r["batch"], r["checkpointing"])
+        if r["vision_attention"] == "varlen" and r["tokens_per_s"] and (
+                key not in fastest or r["tokens_per_s"] > fastest[key]["tokens_per_s"]):
+            fastest[key] = r
     rows = []
     for r in results:
         if r["tokens_per_s"] is None:
             continue
         name = _setting_name(r, seq)
-        best = r["vision_attention"] == "varlen" and r["vision_mlp"] == primary and r["compile"] == compiled
-        goal = best and r["batch"] == 1 and r["checkpointing"] == "off"
+        best = fastest.get((r["batch"], r["checkpointing"])) is r
+        fits = best and r["batch"] > 1 and r["checkpointing"] == "vision"
+        goal = best and (r["checkpointing"] == "off" or fits)
         rows.append(row(f"{name}: tokens/s", r["tokens_per_s"], "tokens/s",
                         ">= 8,000 (H200)" if goal else None, r["tokens_per_s"] >= 8000 if goal else None))
         if r["mfu"] is not None:
             rows.append(row(f"{name}: model-FLOP utilisation", 100 * r["mfu"], "%", ">= 35" if goal else None,
                             r["mfu"] >= 0.35 if goal else None))
-        fits = best and r["batch"] > 1 and r["checkpointing"] == "vision"
         if r["peak_reserved_gib"] is not None:
             rows.append(row(f"{name}: peak memory reserved", r["peak_reserved_gib"], "GiB",
                             "fits an H100 80GB (79.6 GiB): <= 79 GiB" if fits else None,
@@ -298,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", nargs="+", choices=COMPILE_MODES, default=["off"],
                         help="torch.compile of the vision tower's blocks (vision) and the language model's layers "
                              "too (all), or none (off): each one given is timed")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="torch.compile's backend for --compile (aot_eager: graphs captured, no kernels generated; "
+                             "a quick check of the code on a CPU)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the chip's dense bf16 peak (default: known "
                         "chips' datasheet figure)")
     parser.add_argument("--profile", action="store_true", help="profile two more steps of every setting")
@@ -350,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                        "vision_mlp": mlp, "mlps_padded": set_vision_mlp(model, mlp), "checkpointing": ckpt,
                        "compile": compiled}
             set_checkpointing(model, checkpointing_value[ckpt])
-            setting["blocks_compiled"] = set_compiled_blocks(model, compiled)  # after checkpointing: it depends
+            # After checkpointing, which decides how a block is compiled.
+            setting["blocks_compiled"] = set_compiled_blocks(model, compiled, backend=args.compile_backend)
             results.append(measure(model, batch, device, setting, n * args.seq, flops, peak, args))
             if args.json:
                 store(args.json, config_out, results, args.seq)
