@@ -10,7 +10,8 @@ one block of each kind, and what runs between the blocks (the tower's window lay
 label log-probabilities) stays eager. The varlen vision attention builds its padded layout outside the graphs
 (:mod:`policy.varlen_attention`): its shapes depend on the window lengths' values. That graph break cannot sit
 inside activation checkpointing's recompute region (PyTorch would run the whole block eagerly), so a checkpointed
-block is compiled one level down: its attention, MLP and norms, each a graph of its own.
+vision block is compiled one level down: its attention, MLP and norms, each a graph of its own. A decoder layer
+has no graph break and is compiled whole, checkpointed or not.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int
     """Compile ``model``'s blocks for ``mode`` (:data:`COMPILE_MODES`) with ``backend`` and return how many are
     compiled now. Safe to call again to switch: blocks left out of ``mode`` run eagerly again. The graphs are built
     at each block's first call (the first step takes the compile time). Call it after
-    :func:`train.model_io.set_checkpointing`: a checkpointed block is compiled part by part. Raises TorchDynamo's
+    :func:`train.model_io.set_checkpointing`: a checkpointed vision block is compiled part by part. Raises TorchDynamo's
     process-wide ``recompile_limit`` to :data:`RECOMPILE_LIMIT` when anything is compiled."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {mode!r}")
@@ -58,10 +59,12 @@ def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int
         # decoder layers, each at a few shapes, share one code object's cache of compiled graphs (default limit 8).
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     wanted = {id(b) for b in chosen}
+    in_tower = {id(b) for b in vision}
     for block in vision + language:
-        # A checkpointed block is compiled one level down (its attention, MLP and norms): checkpoint runs its body
-        # as one region that cannot hold the attention layout's graph break, and would run it eagerly.
-        down = id(block) in wanted and bool(getattr(block, "gradient_checkpointing", False))
+        # A checkpointed vision block is compiled one level down (its attention, MLP and norms): checkpoint runs its
+        # body as one region that cannot hold the attention layout's graph break, and would run it eagerly.
+        down = (id(block) in wanted and id(block) in in_tower
+                and bool(getattr(block, "gradient_checkpointing", False)))
         _set_compiled(block, id(block) in wanted and not down, backend)
         for child in block.children():
             _set_compiled(child, down, backend)

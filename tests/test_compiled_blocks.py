@@ -49,12 +49,12 @@ def test_compiled_blocks_give_the_eager_loss_and_gradients(model: Any) -> None:
     batch = synthetic_batch(1, 600, 2, 224, 252, 16, mm_token_types=model_wants_mm_token_types(model))
     vision, language = repeated_blocks(model)
     assert len(vision) == 2 and len(language) == 2
-    for checkpointing in (False, "vision"):
+    for checkpointing in (False, "vision", True):
         set_checkpointing(model, checkpointing)
         assert set_compiled_blocks(model, "off") == 0
         eager_loss, eager = _step(model, batch)
         assert set_compiled_blocks(model, "all", backend="aot_eager") == 4
-        # A checkpointed block is compiled part by part; the others whole.
+        # A checkpointed vision block is compiled part by part; the others (decoder layers too) whole.
         for block in vision + language:
             down = bool(checkpointing) and block in vision
             assert (block._compiled_call_impl is None) == down

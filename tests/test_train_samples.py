@@ -28,8 +28,8 @@ from policy.tiny_models import build_tiny_model  # noqa: E402
 from train.behaviour import behaviour_temperature  # noqa: E402
 from train.export import export_sharegpt  # noqa: E402
 from train.logprobs import label_logprobs  # noqa: E402
+from train.model_inputs import IGNORE_INDEX, model_wants_mm_token_types  # noqa: E402
 from train.samples import (  # noqa: E402
-    IGNORE_INDEX,
     BatchStream,
     Collator,
     Processing,
@@ -37,7 +37,6 @@ from train.samples import (  # noqa: E402
     bucket_batches,
     build_samples,
     full_prompt,
-    model_wants_mm_token_types,
     samples_from_records,
 )
 
