@@ -11,8 +11,9 @@ wide, output 2048, patch 14, merge 2, window 112, full attention in blocks 7/15/
 ``--batch`` sequences of ``--seq`` tokens, each with ``--images`` screenshots (``--image-size``, 1008x616 by
 default: 792 LLM tokens each) and a ``--reply``-token target at the end. One step is the trainer's own forward
 (:func:`train.trainer.label_logprobs`: logits only at the label positions, log-softmax in float32), the FBC
-token-mean NLL, backward, gradient clipping and an AdamW step (bf16 parameters and optimiser state, so that a
-3.75B-parameter model fits one 80 GB GPU; the trainer itself keeps float32 master weights).
+token-mean NLL, backward, gradient clipping and an AdamW step. ``--precision bf16`` (the default) keeps parameters
+and optimiser state in bf16, so that a 3.75B-parameter model fits one 80 GB GPU; ``--precision autocast`` is the
+trainer's own: float32 parameters and optimiser state, the forward under bf16 autocast.
 
 Every combination of ``--batch``, ``--vision-attention`` (``varlen``: one call per block for all windows and images,
 the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``), ``--vision-mlp``
@@ -157,11 +158,12 @@ def step_flops(model: Any, batch: int, seq: int, images: int, height: int, width
     return 3 * (2 * dense + lm_attn + vision_attn)
 
 
-def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmup: int,
-               profile: bool = False) -> tuple[float, float, float | None, float | None, dict[str, Any] | None]:
+def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmup: int, profile: bool = False,
+               autocast: bool = False) -> tuple[float, float, float | None, float | None, dict[str, Any] | None]:
     """Mean seconds per training step (after ``warmup`` steps), the seconds of the first step (a compiled
     setting's compile time is in it), the peak GPU memory allocated and reserved in GiB (None off a GPU) and
-    (``profile``) what a PyTorch profile of two more steps shows."""
+    (``profile``) what a PyTorch profile of two more steps shows. ``autocast``: the forward under bf16 autocast,
+    as the trainer runs it."""
     import torch
 
     from train.logprobs import label_logprobs
@@ -171,7 +173,8 @@ def time_steps(model: Any, batch: dict[str, Any], device: Any, steps: int, warmu
     optimizer = torch.optim.AdamW(params, lr=1e-6, fused=cuda)
 
     def step() -> None:
-        logp, _, _, _ = label_logprobs(model, batch, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logp, _, _, _ = label_logprobs(model, batch, device)
         loss = -logp.mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -303,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", nargs="+", choices=COMPILE_MODES, default=["off"],
                         help="torch.compile of the vision tower's blocks (vision) and the language model's layers "
                              "too (all), or none (off): each one given is timed")
+    parser.add_argument("--precision", choices=("bf16", "autocast"), default="bf16",
+                        help="bf16 parameters and optimiser state, or the trainer's float32 ones with the forward "
+                             "under bf16 autocast")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile's backend for --compile (aot_eager: graphs captured, no kernels generated; "
                              "a quick check of the code on a CPU)")
@@ -328,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     from train.model_io import set_checkpointing
 
     width, height = (int(x) for x in args.image_size.lower().split("x"))
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = torch.bfloat16 if device.type == "cuda" and args.precision == "bf16" else torch.float32
     t0 = time.perf_counter()
     config = qwen25_vl_3b_config(args.tiny)
     with device:
@@ -383,7 +389,8 @@ def measure(model: Any, batch: dict[str, Any], device: Any, setting: dict[str, A
                        "peak_allocated_gib": None, "peak_reserved_gib": None, "out_of_memory": False, "error": None}
     try:
         step_s, first_s, allocated, reserved, prof = time_steps(model, batch, device, args.steps, args.warmup,
-                                                                profile=args.profile)
+                                                                profile=args.profile,
+                                                                autocast=args.precision == "autocast")
     except torch.OutOfMemoryError:
         print(f"{label}: out of GPU memory")
         found["out_of_memory"] = True
