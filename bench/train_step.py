@@ -5,15 +5,15 @@ and MLP as transformers runs them and as the trainer does, with and without acti
         [--vision-mlp both] [--checkpointing off vision on] [--compile off all] [--profile]
         [--json docs/benchmarks/train_step.json]
 
-The architecture is built in code (no download, nothing written to disk) directly on the GPU in bfloat16: text
-model 2048 wide, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocabulary 151,936; vision tower 32 blocks, 1280
-wide, output 2048, patch 14, merge 2, window 112, full attention in blocks 7/15/23/31. The synthetic batch:
-``--batch`` sequences of ``--seq`` tokens, each with ``--images`` screenshots (``--image-size``, 1008x616 by
-default: 792 LLM tokens each) and a ``--reply``-token target at the end. One step is the trainer's own forward
-(:func:`train.trainer.label_logprobs`: logits only at the label positions, log-softmax in float32), the FBC
-token-mean NLL, backward, gradient clipping and an AdamW step. ``--precision bf16`` (the default) keeps parameters
-and optimiser state in bf16, so that a 3.75B-parameter model fits one 80 GB GPU; ``--precision autocast`` is the
-trainer's own: float32 parameters and optimiser state, the forward under bf16 autocast.
+The architecture is built in code (no download, nothing written to disk) directly on the GPU, in bfloat16 (float32
+with ``--precision autocast``): text model 2048 wide, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocabulary
+151,936; vision tower 32 blocks, 1280 wide, output 2048, patch 14, merge 2, window 112, full attention in blocks
+7/15/23/31. The synthetic batch: ``--batch`` sequences of ``--seq`` tokens, each with ``--images`` screenshots
+(``--image-size``, 1008x616 by default: 792 LLM tokens each) and a ``--reply``-token target at the end. One step is
+the trainer's own forward (:func:`train.logprobs.label_logprobs`: logits only at the label positions, log-softmax in
+float32), the FBC token-mean NLL, backward, gradient clipping and an AdamW step. ``--precision bf16`` (the default)
+keeps parameters and optimiser state in bf16, so that a 3.75B-parameter model fits one 80 GB GPU; ``--precision
+autocast`` is the trainer's own: float32 parameters and optimiser state, the forward under bf16 autocast.
 
 Every combination of ``--batch``, ``--vision-attention`` (``varlen``: one call per block for all windows and images,
 the trainer's default; ``default``: transformers' loop, one call per window or image; ``both``), ``--vision-mlp``
