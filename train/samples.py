@@ -83,7 +83,7 @@ class Processing:
     image_token_id: int
     pad_token_id: int
     end_token_id: int  # the end-of-turn token appended to a reply that has no recorded token ids
-    vision_token_ids: frozenset[int] = frozenset()  # placeholders a reply never holds (see policy.prompting)
+    vision_token_ids: frozenset[int] = frozenset()  # placeholders a reply never holds (see policy.vision_tokens)
 
     @classmethod
     def load(cls, processor_dir: str | Path) -> Processing:
