@@ -312,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile's backend for --compile (aot_eager: graphs captured, no kernels generated; "
                              "a quick check of the code on a CPU)")
+    parser.add_argument("--compile-mode", default=None,
+                        choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+                        help="torch.compile's mode for --compile (reduce-overhead: each compiled graph replayed as a "
+                             "CUDA graph)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the chip's dense bf16 peak (default: known "
                         "chips' datasheet figure)")
     parser.add_argument("--profile", action="store_true", help="profile two more steps of every setting")
@@ -365,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                        "compile": compiled}
             set_checkpointing(model, checkpointing_value[ckpt])
             # After checkpointing, which decides how a block is compiled.
-            setting["blocks_compiled"] = set_compiled_blocks(model, compiled, backend=args.compile_backend)
+            setting["blocks_compiled"] = set_compiled_blocks(model, compiled, backend=args.compile_backend,
+                                                             compile_mode=args.compile_mode)
             results.append(measure(model, batch, device, setting, n * args.seq, flops, peak, args))
             if args.json:
                 store(args.json, config_out, results, args.seq)

@@ -39,12 +39,13 @@ def repeated_blocks(model: Any) -> tuple[list[Any], list[Any]]:
     return vision, language
 
 
-def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int:
-    """Compile ``model``'s blocks for ``mode`` (:data:`COMPILE_MODES`) with ``backend`` and return how many are
-    compiled now. Safe to call again to switch: blocks left out of ``mode`` run eagerly again. The graphs are built
-    at each block's first call (the first step takes the compile time). Call it after
-    :func:`train.model_io.set_checkpointing`: a checkpointed vision block is compiled part by part. Raises TorchDynamo's
-    process-wide ``recompile_limit`` to :data:`RECOMPILE_LIMIT` when anything is compiled."""
+def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor", compile_mode: str | None = None) -> int:
+    """Compile ``model``'s blocks for ``mode`` (:data:`COMPILE_MODES`) with ``backend`` and ``torch.compile``'s own
+    ``compile_mode`` (None: its default; ``"reduce-overhead"``: each compiled graph replayed as a CUDA graph), and
+    return how many are compiled now. Safe to call again to switch: blocks left out of ``mode`` run eagerly again.
+    The graphs are built at each block's first call (the first step takes the compile time). Call it after
+    :func:`train.model_io.set_checkpointing`: a checkpointed vision block is compiled part by part. Raises
+    TorchDynamo's process-wide ``recompile_limit`` to :data:`RECOMPILE_LIMIT` when anything is compiled."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {mode!r}")
     vision, language = repeated_blocks(model)
@@ -65,14 +66,14 @@ def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor") -> int
         # body as one region that cannot hold the attention layout's graph break, and would run it eagerly.
         down = (id(block) in wanted and id(block) in in_tower
                 and bool(getattr(block, "gradient_checkpointing", False)))
-        _set_compiled(block, id(block) in wanted and not down, backend)
+        _set_compiled(block, id(block) in wanted and not down, backend, compile_mode)
         for child in block.children():
-            _set_compiled(child, down, backend)
+            _set_compiled(child, down, backend, compile_mode)
     return len(chosen)
 
 
-def _set_compiled(module: Any, on: bool, backend: str) -> None:
+def _set_compiled(module: Any, on: bool, backend: str, compile_mode: str | None) -> None:
     if on:
-        module.compile(backend=backend)
+        module.compile(backend=backend, mode=compile_mode)
     else:
         module._compiled_call_impl = None  # what nn.Module.compile sets; None: its eager forward again
