@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile's backend for --compile (aot_eager: graphs captured, no kernels generated; "
                              "a quick check of the code on a CPU)")
-    parser.add_argument("--compile-mode", default=None,
+    parser.add_argument("--compile-mode", default="default",
                         choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
                         help="torch.compile's mode for --compile (reduce-overhead: each compiled graph replayed as a "
                              "CUDA graph)")

@@ -49,27 +49,26 @@ def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor", compil
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {mode!r}")
     vision, language = repeated_blocks(model)
-    chosen = {"off": [], "vision": vision, "all": vision + language}[mode]
-    if mode != "off" and not chosen:
-        raise ValueError(f"{type(model).__name__} has no vision blocks or decoder layers to compile")
-    if chosen:
+    count = {"off": 0, "vision": len(vision), "all": len(vision) + len(language)}[mode]
+    if mode != "off" and not count:
+        raise ValueError(f"{type(model).__name__} has no blocks for compile mode {mode!r}")
+    if count:
         import torch._dynamo
 
         # Process-wide: every checkpointable layer class of transformers runs one wrapper's code
         # (GradientCheckpointingLayer's forward_with_checkpointing), so windowed blocks, full-attention blocks and
         # decoder layers, each at a few shapes, share one code object's cache of compiled graphs (default limit 8).
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-    wanted = {id(b) for b in chosen}
-    in_tower = {id(b) for b in vision}
-    for block in vision + language:
+    for block in vision:
         # A checkpointed vision block is compiled one level down (its attention, MLP and norms): checkpoint runs its
         # body as one region that cannot hold the attention layout's graph break, and would run it eagerly.
-        down = (id(block) in wanted and id(block) in in_tower
-                and bool(getattr(block, "gradient_checkpointing", False)))
-        _set_compiled(block, id(block) in wanted and not down, backend, compile_mode)
+        down = bool(getattr(block, "gradient_checkpointing", False))
+        _set_compiled(block, mode != "off" and not down, backend, compile_mode)
         for child in block.children():
-            _set_compiled(child, down, backend, compile_mode)
-    return len(chosen)
+            _set_compiled(child, mode != "off" and down, backend, compile_mode)
+    for layer in language:
+        _set_compiled(layer, mode == "all", backend, compile_mode)
+    return count
 
 
 def _set_compiled(module: Any, on: bool, backend: str, compile_mode: str | None) -> None:

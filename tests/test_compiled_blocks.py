@@ -1,8 +1,8 @@
 """``torch.compile`` of a Qwen-VL model's repeated blocks (``policy.compiled_blocks``): a training step's loss and
-gradients equal the eager model's, with the varlen vision attention and with the tower's blocks checkpointed, and
-the only graph breaks are the attention layout's. The graphs are captured with the ``aot_eager`` backend
-(TorchDynamo and AOTAutograd, as with inductor, without generating kernels: inductor's code generation is what
-``bench.train_step --compile`` measures on a GPU)."""
+gradients equal the eager model's, with the varlen vision attention, without checkpointing and with every layer
+checkpointed, and the only graph breaks are the attention layout's. The graphs are captured with the ``aot_eager``
+backend (TorchDynamo and AOTAutograd, as with inductor, without generating kernels: inductor's code generation is
+what ``bench.train_step --compile`` measures on a GPU)."""
 
 from __future__ import annotations
 
