@@ -15,9 +15,14 @@ PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool polic
 run: setup
 	$(VENV)/bin/webgym-engine run
 
-# The one-way import rule first (the contract is in pyproject.toml; docs/architecture.md), then the tests.
+# The one-way import rule first (the contract is in pyproject.toml; docs/architecture.md), then the tests: in
+# TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests in one process (its
+# module fixtures start once); the tests that assert an upper bound on elapsed time after them, alone.
+TEST_PROCS ?= 2
 test: setup
-	$(VENV)/bin/lint-imports --no-cache && $(PY) -m pytest -q
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile -m "not wallclock"
+	$(PY) -m pytest -q -m wallclock
 
 setup: system $(STAMP)
 

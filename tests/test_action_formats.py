@@ -145,6 +145,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.wallclock
 @pytest.mark.parametrize("fmt", ["uitars", "pyautogui"])
 @pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
 def test_hostile_replies_are_read_quickly_and_never_raise(fmt: str, text: str) -> None:

@@ -335,6 +335,7 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.wallclock
 @pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
 def test_hostile_replies_parse_quickly(text: str) -> None:
     # A generous bound for a shared machine (the best of three): parsing runs on the engine's event loop, where

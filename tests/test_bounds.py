@@ -90,6 +90,7 @@ def assert_released(worker: BrowserWorker, pool: BrowserPool) -> None:
 
 # --- the episode's wall-clock cap -----------------------------------------------------------------------------
 
+@pytest.mark.wallclock
 async def test_an_episode_past_its_wall_clock_cap_ends_with_one_timeout_record(
         inproc, tmp_path: Path, fixture_url: Callable[[str], str], site_server: str) -> None:
     worker, pool = inproc
@@ -143,6 +144,7 @@ class NeverAnswersTestModel(LanguageModel):
         raise AssertionError("unreachable")
 
 
+@pytest.mark.wallclock
 async def test_a_policy_that_never_answers_costs_its_episode_only_the_cap(
         inproc, tmp_path: Path, fixture_url: Callable[[str], str], site_server: str) -> None:
     worker, pool = inproc

@@ -242,6 +242,7 @@ async def test_navigate(open_page, fixture_url) -> None:
         check_quiet(obs, "/fixtures/nav_a.html", "page A")
 
 
+@pytest.mark.wallclock
 async def test_wait_on_a_quiet_page_lasts_its_duration(open_page) -> None:
     async with open_page("click.html") as (session, _, _f):
         t0 = time.monotonic()

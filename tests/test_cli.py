@@ -36,7 +36,9 @@ def test_run_writes_summary_json_with_the_documented_keys(tmp_path: Path) -> Non
     assert set(SUMMARY_KEYS) <= set(data)
     n = len(tasks.read_text().splitlines())
     assert data["episodes"] == data["succeeded"] == n and data["lost"] == 0 and data["errors"] == 0
-    assert data["steps"] > 0 and data["steps_per_s"] > 0 and data["peak_browser_pss_mib"] > 20
+    # PSS splits shared pages among the processes that map them (another test's Chromium too), so only a floor:
+    # a real browser tree, counted in MiB.
+    assert data["steps"] > 0 and data["steps_per_s"] > 0 and data["peak_browser_pss_mib"] > 5
     assert "run summary" in res.stderr and "steps/s" in res.stderr  # the table
     [run_dir] = (tmp_path / "runs").iterdir()
     assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == n

@@ -190,6 +190,7 @@ def test_endpoints(tmp_path: Path) -> None:
         resolve_endpoint("udp://x", tmp_path)
 
 
+@pytest.mark.wallclock
 async def test_publisher_without_subscriber_builds_nothing_and_never_blocks(tmp_path: Path) -> None:
     pub = TelemetryPublisher("tcp://127.0.0.1:*", tmp_path, hwm=2, insecure=True)
     info = json.loads((tmp_path / ENDPOINT_FILE).read_text())
@@ -291,6 +292,7 @@ async def test_pilot_filter_search_pause_quit(feed: list[dict[str, Any]]) -> Non
     assert app.return_code == 0
 
 
+@pytest.mark.wallclock
 async def test_grid_reflows_and_stays_cheap_at_1024_cells() -> None:
     msgs = simulated_feed(1024, 3.0, seed=1, op_s=0.1)
     app = MonitorApp(ReplayFeed(msgs))

@@ -253,6 +253,7 @@ def test_proxy_urls_name_their_credentials() -> None:
         parse_proxy("socks5://proxy.example:1080", env)
 
 
+@pytest.mark.wallclock
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_redirect_chain_and_a_script_that_never_loads_end_in_usable_pages(
         tmp_path: Path, openweb: OpenWeb) -> None:

@@ -191,6 +191,7 @@ async def test_429_retry_after_honoured(server: ChatTestServer) -> None:
     assert gen.text.startswith("images=2")
 
 
+@pytest.mark.wallclock
 async def test_429_retry_after_capped(server: ChatTestServer) -> None:
     server.fail_next(1, 429, retry_after=30)
     async with started(server, backoff_max_s=0.1) as model:
@@ -216,6 +217,7 @@ async def test_dropped_connection_then_success(server: ChatTestServer) -> None:
     assert gen.timings_ms["attempts"] == 2
 
 
+@pytest.mark.wallclock
 async def test_timeout_then_success(server: ChatTestServer) -> None:
     server.delay_next(1, 2.0)
     async with started(server, timeout_s=0.3) as model:
@@ -226,6 +228,7 @@ async def test_timeout_then_success(server: ChatTestServer) -> None:
     assert 0.3 <= elapsed < 1.5
 
 
+@pytest.mark.wallclock
 async def test_retries_exhausted(server: ChatTestServer) -> None:
     server.fail_next(100, 503, message="engine overloaded")
     async with started(server, retries=3) as model:
@@ -236,6 +239,7 @@ async def test_retries_exhausted(server: ChatTestServer) -> None:
     assert len(server.received) == 4
 
 
+@pytest.mark.wallclock
 async def test_unreachable_server_bounded(server: ChatTestServer) -> None:
     await server.kill()  # nothing listens on the port any more
     async with started(server, retries=2) as model:
@@ -327,6 +331,7 @@ async def test_generate_before_start_and_after_close(server: ChatTestServer) -> 
         await model.generate(chat_request())
 
 
+@pytest.mark.wallclock
 async def test_close_fails_pending_calls(server: ChatTestServer) -> None:
     server.latency_s = 5.0
     model = client(server, max_in_flight=2)
@@ -358,6 +363,7 @@ async def test_in_flight_cap(server: ChatTestServer) -> None:
     assert server.max_in_flight_seen == 4
 
 
+@pytest.mark.wallclock
 async def test_server_dies_mid_run(server: ChatTestServer) -> None:
     server.latency_s = 0.15
     # Retries span ~1.5 s of backoff, longer than the 0.4 s outage: calls caught by it mostly come through.

@@ -167,6 +167,7 @@ async def test_past_the_page_cap_the_context_is_not_reused(
     assert ctx not in worker.browser.contexts  # type: ignore[union-attr]
 
 
+@pytest.mark.wallclock
 async def test_a_download_is_refused_and_recorded(inproc: tuple[BrowserWorker, BrowserPool],
                                                   fixture_url: Callable[[str], str], other: CountingServer) -> None:
     _, pool = inproc

@@ -77,6 +77,7 @@ def test_redact_tree_masks_urls_and_secret_keys_but_not_env_var_names() -> None:
     assert config["backend"]["base_url"].startswith("http://u:pw@")  # the input is not changed
 
 
+@pytest.mark.wallclock
 def test_mask_url_is_cheap() -> None:
     plain = "http://127.0.0.1:8123/shop/category/3?page=2&sort=price"
     n = 20_000

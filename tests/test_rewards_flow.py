@@ -37,6 +37,7 @@ def slow_task(task_id: str, waits: int, seconds: float) -> dict:
                                    {"action": "answer", "text": "done"}]}
 
 
+@pytest.mark.wallclock
 async def test_stragglers_are_cut_with_a_record_that_says_why(tmp_path: Path, sites: str) -> None:
     fast = [json.loads(line) for line in subset(tmp_path, per_site=1).read_text().splitlines()]
     tasks = tmp_path / "tasks.jsonl"

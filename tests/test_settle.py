@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 
 import numpy as np
+import pytest
 import pytest_asyncio
 
 from browserpool.config import WorkerConfig
@@ -23,6 +24,8 @@ SCREENSHOT_TIMEOUT_S = 3.0
 IDLE_CAP_S = WorkerConfig(endpoint="").idle_cap_ms / 1000
 MARGIN_S = 2.5
 BLUE = (0, 0, 255)
+
+pytestmark = pytest.mark.wallclock  # every test here times a wait
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -68,6 +68,7 @@ def test_only_get_and_head_are_served(product: str) -> None:
     assert status == 405 and headers["allow"] == "GET, HEAD"
 
 
+@pytest.mark.wallclock
 def test_the_product_server_has_no_test_endpoints(product: str) -> None:
     t0 = time.monotonic()
     assert request(product, "GET", "/_test/hang")[0] == 404

@@ -308,6 +308,7 @@ def synthetic_run(run_dir: Path, frames_from: Path, episodes: int) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
+@pytest.mark.wallclock
 async def test_ten_thousand_episodes_build_and_load_fast(real_run: Path, tmp_path: Path, page: Watched) -> None:
     run_dir = tmp_path / "big"
     synthetic_run(run_dir, real_run, 10_000)
