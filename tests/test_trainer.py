@@ -74,6 +74,7 @@ def test_config_from_toml_yaml_and_json(tmp_path: Path) -> None:
     ('model_dir = "m"\nbf16 = "maybe"', "bf16: must be"),
     ('model_dir = "m"\nvision_mlp = "padded"', "vision_mlp: must be one of aligned, default"),
     ('model_dir = "m"\ncompile_blocks = "yes"', "compile_blocks: must be one of off, vision, all"),
+    ('model_dir = "m"\ncompile_backend = ""', "compile_backend: must name a torch.compile backend"),
     ('model_dir = "m"\ngradient_checkpointing = "text"', "gradient_checkpointing: must be true, false or \"vision\""),
     ('model_dir = "m"\nbetas = [0.9]', "betas: expected a list of 2 numbers"),
     ('model_dir = "m"\nschedule = "linear"', "schedule: must be one of cosine, constant"),
@@ -367,6 +368,37 @@ def test_gradient_checkpointing_gives_the_same_gradients(tmp_path: Path, tiny_mo
         assert other.keys() == grads[0].keys()
         for k in grads[0]:
             assert torch.allclose(grads[0][k], other[k], rtol=1e-4, atol=1e-6), k
+
+
+def test_compiled_blocks_train_like_eager_ones_on_micro_batches_of_changing_length(tmp_path: Path, tiny_model: Path,
+                                                                                   run_dir: Path) -> None:
+    """``compile_blocks = "all"``: each step's loss equals the eager trainer's, and once lengths and batch sizes have
+    varied, the compiled graphs stop growing (TorchDynamo marks the changing sizes dynamic), so a long run never
+    reaches the recompile limit, past which TorchDynamo would quietly run the blocks eagerly. The graphs are
+    captured with the ``eager`` backend: shapes, guards and recompiles are TorchDynamo's whatever the backend."""
+    import torch._dynamo
+
+    from train.trainer import Trainer, samples_from_runs
+
+    samples = samples_from_runs(config(tiny_model, tmp_path, algorithm="grpo"), [run_dir]).samples
+    assert len({len(s) for s in samples}) == 4
+    warm_up, later = [[0], [1], [0, 1], [2]], [[3], [1, 2], [2, 3], [0, 3]]  # new lengths and pairs after warm-up
+    losses: dict[str, list[float]] = {}
+    for blocks in ("off", "all"):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        trainer = Trainer(config(tiny_model, tmp_path, algorithm="grpo", compile_blocks=blocks,
+                                 compile_backend="eager"), samples)
+        trainer.compute_proximal()
+        losses[blocks] = [trainer.optimizer_step([mb])["loss"] for mb in warm_up]
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        losses[blocks] += [trainer.optimizer_step([mb])["loss"] for mb in later]
+        if blocks == "all":
+            assert graphs > 0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    torch._dynamo.reset()
+    assert losses["all"] == pytest.approx(losses["off"], rel=1e-5, abs=1e-7)
+    with pytest.raises(ValueError, match="'inductr' is not a torch.compile backend"):  # before the model loads
+        Trainer(config(tiny_model, tmp_path, compile_blocks="all", compile_backend="inductr"), samples)
 
 
 def test_train_writes_checkpoints_metrics_and_plots_and_the_checkpoint_generates(

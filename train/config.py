@@ -82,6 +82,9 @@ class TrainConfig:
     vision_mlp: str = "aligned"
     # torch.compile of the repeated blocks: off | vision (the tower's blocks) | all (and the language model's layers)
     compile_blocks: str = "off"
+    # Its torch.compile backend: inductor (generated kernels) | aot_eager or eager (the graphs without generated
+    # kernels, to tell a compiler problem from a graph-capture one) | any other registered backend
+    compile_backend: str = "inductor"
     seed: int = 0
     shuffle: bool = True
     bucket_window: int = 64  # length bucketing window (batches), see train.samples.bucket_batches
@@ -141,6 +144,7 @@ class TrainConfig:
              f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
         need(self.vision_mlp in VISION_MLP_MODES, "vision_mlp", f"must be one of {', '.join(VISION_MLP_MODES)}")
         need(self.compile_blocks in COMPILE_MODES, "compile_blocks", f"must be one of {', '.join(COMPILE_MODES)}")
+        need(bool(self.compile_backend), "compile_backend", "must name a torch.compile backend")
         need(math.isfinite(self.lr) and self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)")

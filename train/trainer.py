@@ -156,9 +156,8 @@ class Trainer:
         if cfg.algorithm == "grpo":
             require_comparable(self.samples)  # before anything loads: a wrong importance weight is silent
         self.dist = setup_distributed(cfg.device)
-        if self.dist.distributed and cfg.compile_blocks != "off":  # refused before the model loads
-            # FSDP2's hooks around each sharded layer would run inside the compiled blocks: not measured yet.
-            raise ValueError("compile_blocks is not supported with FSDP2 (torchrun) yet; set it to off")
+        if cfg.compile_blocks != "off":  # refused before the model loads
+            check_compile(cfg.compile_backend, self.dist.distributed)
         self.device = self.dist.device
         if cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
@@ -182,7 +181,7 @@ class Trainer:
         if self.dist.distributed:
             shard_model(self.model, self.bf16)
             self.sharded = True
-        set_compiled_blocks(self.model, cfg.compile_blocks)
+        set_compiled_blocks(self.model, cfg.compile_blocks, backend=cfg.compile_backend)
         self.model.train()
         params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]  # no weight decay on norms and biases
@@ -499,6 +498,18 @@ class Trainer:
 
         if self.dist.initialised_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def check_compile(backend: str, distributed: bool) -> None:
+    """Refuse compiled blocks that cannot run: under FSDP2, or with a backend torch.compile does not know."""
+    import torch._dynamo
+
+    if distributed:
+        # FSDP2's hooks around each sharded layer would run inside the compiled blocks: not measured yet.
+        raise ValueError("compile_blocks is not supported with FSDP2 (torchrun) yet; set it to off")
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in known:
+        raise ValueError(f"compile_backend {backend!r} is not a torch.compile backend (known: {', '.join(known)})")
 
 
 def train(config: TrainConfig, samples: SampleSet | Sequence[Sample]) -> TrainResult:
