@@ -7,6 +7,7 @@ origin it touched, its cookies) is there when the next episode gets the same con
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -76,6 +77,22 @@ async def until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     return True
 
 
+@contextlib.asynccontextmanager
+async def open_in_context(worker: BrowserWorker, pool: BrowserPool, url: str, ctx: Any
+                          ) -> AsyncIterator[tuple[BrowserSession, Observation]]:
+    """Open ``url`` in the next episode that gets ``ctx``, which must have gone back to the worker's idle contexts
+    (kept for reuse, not dropped). Other idle contexts may come first: which one an episode gets depends on when
+    each went back. The episodes that get those are held open until one gets ``ctx``."""
+    assert await until(lambda: any(slot.context is ctx for slot in worker.idle)), "the context was not kept"
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(len(worker.idle)):
+            session, obs, _frame = await held.enter_async_context(open_session(pool, url))
+            if slot_of(worker, session).context is ctx:
+                yield session, obs
+                return
+    raise AssertionError("no episode got the context back")
+
+
 def wrote(server: CountingServer, origin: str) -> bool:
     return any(p.startswith("/wrote?from=" + quote(origin, safe="")) for _, p, _ in server.requests)
 
@@ -107,8 +124,7 @@ async def test_a_popup_past_the_shim_is_adopted_closed_and_leaves_nothing(
         assert await until(lambda: wrote(other, to))
         assert (await js(s1, "localStorage.getItem('popup')"))[0] == "local"
     # The next episode on the same context: no page of the last one, no storage, no cookie of the popup's origin.
-    async with open_session(pool, f"{other.base_url}/fixtures/storage.html") as (s2, obs, _f):
-        assert slot_of(worker, s2).context is ctx
+    async with open_in_context(worker, pool, f"{other.base_url}/fixtures/storage.html", ctx) as (s2, obs):
         assert len(ctx.pages) == 1 and not obs.events
         assert (await js(s2, "window.seenAtLoad"))[0] == EMPTY
         assert await ctx.cookies() == []
@@ -128,8 +144,7 @@ async def test_popups_without_a_user_gesture_are_closed_not_adopted(
             events += (await act(s1, BrowserAction("wait", seconds=0.2))).events or []
         assert [e for e in events if e.kind == "popup"] == [PageEvent("popup", f"{to}?i=0", "closed")]
         assert await until(lambda: len(ctx.pages) == 1)
-    async with open_session(pool, f"http://other.test:{other.port}/fixtures/storage.html") as (s2, _o, _f):
-        assert slot_of(worker, s2).context is ctx
+    async with open_in_context(worker, pool, f"http://other.test:{other.port}/fixtures/storage.html", ctx) as (s2, _o):
         assert (await js(s2, "window.seenAtLoad"))[0] == EMPTY
         assert await ctx.cookies() == []
 
@@ -143,8 +158,7 @@ async def test_storage_of_a_cross_site_iframe_is_cleared(
         ctx = slot_of(worker, s1).context
         await act(s1, BrowserAction("wait", seconds=0.2))
         assert (await js(s1, "window.reports"))[0] == [EMPTY]  # the frame loaded, found nothing, wrote
-    async with open_session(pool, framed) as (s2, _o, _f):
-        assert slot_of(worker, s2).context is ctx
+    async with open_in_context(worker, pool, framed, ctx) as (s2, _o):
         await act(s2, BrowserAction("wait", seconds=0.2))
         assert (await js(s2, "window.reports"))[0] == [EMPTY]  # what the frame wrote last episode is gone
 
