@@ -48,7 +48,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from policy.compiled_blocks import COMPILE_MODES
+from policy.compiled_blocks import COMPILE_MODES, check_backend
 
 IMAGE_TOKEN, VISION_START, VISION_END, VIDEO_TOKEN = 151655, 151652, 151653, 151656
 
@@ -321,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="profile two more steps of every setting")
     parser.add_argument("--json", type=Path, default=None, help="store the results here (bench.report convention)")
     args = parser.parse_args(argv)
+    if any(mode != "off" for mode in args.compile):
+        try:
+            check_backend(args.compile_backend)  # once, not as every compiled setting's recorded failure
+        except ValueError as exc:
+            parser.error(str(exc))
 
     import torch
 

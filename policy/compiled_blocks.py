@@ -39,6 +39,16 @@ def repeated_blocks(model: Any) -> tuple[list[Any], list[Any]]:
     return vision, language
 
 
+def check_backend(backend: str) -> None:
+    """Raise ValueError unless ``torch.compile`` knows ``backend`` (its debugging backends, such as eager and
+    aot_eager, count too): before a model loads, rather than at its first compiled block."""
+    import torch._dynamo
+
+    if backend not in torch._dynamo.list_backends(exclude_tags=()):
+        raise ValueError(f"compile backend {backend!r} is not a torch.compile backend (such as inductor, aot_eager "
+                         "or eager; torch._dynamo.list_backends() names them)")
+
+
 def set_compiled_blocks(model: Any, mode: str, backend: str = "inductor", compile_mode: str | None = None) -> int:
     """Compile ``model``'s blocks for ``mode`` (:data:`COMPILE_MODES`) with ``backend`` and ``torch.compile``'s own
     ``compile_mode`` (None: its default; ``"reduce-overhead"``: each compiled graph replayed as a CUDA graph), and

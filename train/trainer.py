@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policy.compiled_blocks import set_compiled_blocks
+from policy.compiled_blocks import check_backend, set_compiled_blocks
 from policy.vision_attention import set_vision_attention
 from policy.vision_mlp import set_vision_mlp
 from train.behaviour import require_comparable
@@ -157,7 +157,10 @@ class Trainer:
             require_comparable(self.samples)  # before anything loads: a wrong importance weight is silent
         self.dist = setup_distributed(cfg.device)
         if cfg.compile_blocks != "off":  # refused before the model loads
-            check_compile(cfg.compile_backend, self.dist.distributed)
+            if self.dist.distributed:
+                # FSDP2's hooks around each sharded layer would run inside the compiled blocks: not measured yet.
+                raise ValueError("compile_blocks is not supported with FSDP2 (torchrun) yet; set it to off")
+            check_backend(cfg.compile_backend)
         self.device = self.dist.device
         if cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
@@ -498,18 +501,6 @@ class Trainer:
 
         if self.dist.initialised_here and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def check_compile(backend: str, distributed: bool) -> None:
-    """Refuse compiled blocks that cannot run: under FSDP2, or with a backend torch.compile does not know."""
-    import torch._dynamo
-
-    if distributed:
-        # FSDP2's hooks around each sharded layer would run inside the compiled blocks: not measured yet.
-        raise ValueError("compile_blocks is not supported with FSDP2 (torchrun) yet; set it to off")
-    if backend not in torch._dynamo.list_backends(exclude_tags=()):  # the debugging backends count too
-        raise ValueError(f"compile_backend {backend!r} is not a torch.compile backend (such as inductor, aot_eager "
-                         "or eager; torch._dynamo.list_backends() names them)")
 
 
 def train(config: TrainConfig, samples: SampleSet | Sequence[Sample]) -> TrainResult:
