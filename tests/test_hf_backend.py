@@ -235,7 +235,7 @@ async def test_max_tokens_respected(hf_models: dict[str, HFModel]) -> None:
     model = hf_models["qwen2_vl"]
     short = chat(2, sampling=SamplingParams(temperature=0.0, max_tokens=3))
     long = chat(2, sampling=SamplingParams(temperature=0.0, max_tokens=9))
-    model.batch_wait_ms = 300.0
+    model.batch_wait_ms = 2000.0  # both queue within it even on a loaded machine
     try:
         calls = model.generate_calls
         g_short, g_long = await asyncio.gather(model.generate(short), model.generate(long))

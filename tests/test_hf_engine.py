@@ -51,11 +51,13 @@ async def test_tiny_hf_model_in_coordinate_mode(tmp_path: Path, sites: str, tiny
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, episodes=n,
                     step_caps=(4, 4, 4))
     policy = make_policy("hf", sampling=SamplingParams(max_tokens=12, seed=0),
-                         backend=BackendConfig(model=str(tiny_qwen3), device="cpu", max_batch=4))
+                         backend=BackendConfig(model=str(tiny_qwen3), device="cpu", max_batch=n))
     model = policy.model  # type: ignore[attr-defined]
-    # A first request waits up to 5 ms for company by default: on a loaded 2-core machine the rollouts' requests
-    # may never coincide that closely. A longer wait makes the batching this test is about certain to happen.
-    model.batch_wait_ms = 250.0
+    # A first request waits up to 5 ms for company by default. On a loaded 2-core machine two rollouts fall into
+    # turns (one generates while the other steps its browser) and never queue that close together; even 250 ms
+    # was seen to miss every time. A batch goes as soon as it holds max_batch (= n) requests, so a long wait costs
+    # nothing while both rollouts run and makes the batching this test is about certain.
+    model.batch_wait_ms = 10_000.0
     stats, run_dir = await run(cfg, policy, sites)
     check_model_records(run_dir, n)
     assert stats.summary()["lost"] == 0
