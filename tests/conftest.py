@@ -148,6 +148,19 @@ def fastest(call: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
     return best, result
 
 
+async def until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``cond`` (a test-side check, off the engine's paths) until true or the timeout.
+
+    A test waits for what it is about to check, not for a fixed time: on a loaded machine a fixed sleep is too short.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
 def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:
     """The first ``per_site`` bundled tasks of each site with at most ``max_len`` solution steps, as a task file."""
     by_site: dict[str, list[dict]] = {}

@@ -15,7 +15,7 @@ from engine.runner import run
 from engine.store import read_records
 from engine.tasks import load_tasks
 from policy.registry import make_policy
-from tests.conftest import subset
+from tests.conftest import subset, until
 from tui.feed import SocketFeed
 from tui.model import MonitorModel
 
@@ -81,7 +81,7 @@ async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server:
         service.core.on_status(lambda st: transitions.append((st.episode_id, st.state.value)))
         ids = service.submit(tasks, make_policy("scripted"))
         records = await asyncio.wait_for(service.gather(ids), 120)
-        await asyncio.sleep(0.5)  # a telemetry tick or two after the last record
+        assert await until(lambda: model.counts()["F"] == len(ids)), model.counts()  # a telemetry tick or two
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
         service_summary = service.stats.summary()

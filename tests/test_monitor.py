@@ -20,7 +20,7 @@ from engine.runner import run
 from engine.stats import RunStats
 from engine.telemetry import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
 from policy.registry import make_policy
-from tests.conftest import FIXTURES_DIR, subset
+from tests.conftest import FIXTURES_DIR, subset, until
 from tui.app import MonitorApp
 from tui.cli import run_with_tui
 from tui.feed import ReplayFeed, SocketFeed, decode, latest_run, read_messages
@@ -362,11 +362,11 @@ async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: s
     feed = SocketFeed(output_dir=out, poll_s=0.1)
     statuses: list[str] = []
     watcher = asyncio.ensure_future(feed.run(apply, statuses.append))
-    await asyncio.sleep(0.3)
-    assert statuses and statuses[0].startswith("waiting for an engine")
+    assert await until(lambda: bool(statuses))
+    assert statuses[0].startswith("waiting for an engine")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=4, workers=1)
     stats, run_dir = await run(cfg, make_policy("scripted"), sites)
-    await asyncio.sleep(0.3)
+    assert await until(lambda: model.ended), "the monitor never saw the run's end"
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
     assert latest_run(out) == run_dir and json.loads((run_dir / ENDPOINT_FILE).read_text())["endpoint"]

@@ -20,7 +20,7 @@ from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction, Observation, PageEvent
 from browserpool.worker import BrowserWorker
-from tests.conftest import inproc_pool, open_session
+from tests.conftest import inproc_pool, open_session, until
 from tests.test_netpolicy import CountingServer, Fence
 
 EMPTY = {"local": 0, "session": 0, "cookie": ""}
@@ -63,18 +63,6 @@ async def js(session: BrowserSession, *exprs: str) -> list[Any]:
 
 def slot_of(worker: BrowserWorker, session: BrowserSession) -> Any:
     return worker.episodes[session.episode_id].slot
-
-
-async def until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """Poll ``cond`` (a test-side check, off the engine's paths) until true or the timeout."""
-    import asyncio
-
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
 
 
 @contextlib.asynccontextmanager
