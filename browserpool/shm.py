@@ -48,7 +48,9 @@ class SlotRing:
         n = len(data)
         if n > self.slot_size or not self._free:
             return None
-        slot = self._free.popleft()
+        # The slot freed last: frames keep going through the same few slots, warm in the caches, and the segment's
+        # memory (allocated on first touch) stays that of the frames in flight, not of the whole ring.
+        slot = self._free.pop()
         self._in_use[slot] = True
         self._generation[slot] += 1
         start = slot * self.slot_size
