@@ -233,11 +233,12 @@ def engine_scale(d: dict[str, Any]) -> list[str]:
              f"than two per rollout), {cfg['steps']} steps per episode, a {num_text(cfg['seconds'])} s window per "
              f"level, each level in a fresh process, the run directory on `{cfg.get('run_root')}`.", ""]
     lines += table(("policy", "rollouts", "null workers", "steps/s", "engine CPU per step", "its event loop per step",
-                    "loop busy", "frame writer busy", "step p50 / p95", "USS per rollout", "frames inline", "errors"),
+                    "loop busy", "frame writer busy", "its CPU per frame", "step p50 / p95", "USS per rollout",
+                    "frames inline", "errors"),
                    ((POLICY_NAMES.get(r["policy"], r["policy"]), num_text(r["concurrency"]), r["workers"],
                      num_text(r["steps_per_s"]), f"{num_text(r['engine_cpu_ms_per_step'])} ms",
                      f"{num_text(r['loop_cpu_ms_per_step'])} ms", pct(r["loop_busy"]),
-                     pct(r["engine_threads_cpu_busy"].get("frame-writer", 0.0)),
+                     pct(r["engine_threads_cpu_busy"].get("frame-writer", 0.0)), _writer_ms_per_frame(r),
                      f"{num_text(r['step_p50_ms'])} / {num_text(r['step_p95_ms'])} ms",
                      f"{num_text(r['uss_per_rollout_kib'])} KiB", _inline_share(r), r.get("errors", 0))
                     for r in rows))
@@ -252,6 +253,12 @@ def engine_scale(d: dict[str, Any]) -> list[str]:
         lines.append(f"- py-spy at {num_text(r['concurrency'])} rollouts ({POLICY_NAMES.get(r['policy'], r['policy'])}"
                      f"), the functions with the most own samples: {top}.")
     return lines + ([""] if profiles or gc_rows else [])
+
+
+def _writer_ms_per_frame(row: dict[str, Any]) -> str:
+    """The frame writer thread's CPU per screenshot written (one per step)."""
+    busy = row["engine_threads_cpu_busy"].get("frame-writer", 0.0)
+    return f"{busy * row['window_s'] * 1000 / max(1, row['steps']):.3f} ms"
 
 
 def _inline_share(row: dict[str, Any]) -> str:
@@ -378,6 +385,19 @@ def netpolicy(d: dict[str, Any]) -> list[str]:
             "", f"on / off: {stored(d['ratio'])} (a cost of {stored(d['cost_percent'])}%).", ""]
 
 
+def tmpfs_writes(d: dict[str, Any]) -> list[str]:
+    """``python -m bench.tmpfs_writes``: a screenshot file's write by itself, as a run's memory grows."""
+    cfg, passes = field(d, "config", source="tmpfs_writes"), field(d, "passes", source="tmpfs_writes")
+    names = [p["pass"] for p in passes]
+    rows = zip(*(p["rows"] for p in passes), strict=True)
+    return [f"Files of {num_text(cfg['file_bytes'])} bytes written into `{cfg['root']}`, {cfg['files_per_call']} per "
+            f"call of the frame writer's `write_files`; {num_text(cfg['gib'])} GiB per pass; the window pass removes "
+            f"each file once {num_text(cfg['window_gib'])} GiB more is written. CPU per file, by GiB written:", "",
+            *table(("GiB written", *names),
+                   ((num_text(r[0]["gib_written"]), *(f"{num_text(x['cpu_us_per_file'])} µs" for x in r))
+                    for r in rows)), ""]
+
+
 # File stem -> (the command that writes it, its renderer).
 STANDALONE: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "engine_scale": ("python -m bench.engine_scale", engine_scale),
@@ -388,6 +408,7 @@ STANDALONE: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "reply_parsing": ("python -m bench.reply_parsing", reply_parsing),
     "request_rules": ("python -m bench.request_rules", request_rules),
     "rl_loop": ("python -m bench.rl_loop", rl_loop),
+    "tmpfs_writes": ("python -m bench.tmpfs_writes", tmpfs_writes),
     "transport": ("python -m bench.transport", transport),
 }
 

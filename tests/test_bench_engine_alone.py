@@ -5,11 +5,12 @@ scale level's figures come out of such a run. The figures themselves are not ass
 from __future__ import annotations
 
 import gc
+import json
 from pathlib import Path
 
 import uvloop
 
-from bench import engine_scale, soak
+from bench import engine_scale, render, soak, tmpfs_writes
 
 
 def test_a_scale_level_steps_every_rollout_on_null_workers(tmp_path: Path) -> None:
@@ -43,3 +44,17 @@ def test_a_null_worker_soak_records_every_episode_once(tmp_path: Path) -> None:
     assert audit["exactly_one_each"] and audit["records"] == audit["planned"] == 120 and not res["interrupted"], audit
     assert res["samples"][-1]["episodes"] == 120 and res["figures"]["engine"]["end_mib"] > 0
     assert not list(tmp_path.iterdir())  # the run directory is removed
+
+
+def test_the_tmpfs_write_probe_writes_three_passes_and_leaves_nothing(tmp_path: Path) -> None:
+    root, out = tmp_path / "root", tmp_path / "tmpfs_writes.json"
+    root.mkdir()
+    tmpfs_writes.main(["--gib", "0.02", "--window-gib", "0.005", "--root", str(root), "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert [p["pass"] for p in data["passes"]] == ["fill", "window", "fill again"]
+    for p in data["passes"]:
+        [row] = p["rows"]  # less than a GiB: one chunk
+        assert row["gib_written"] == 0.02 and row["cpu_us_per_file"] > 0 and row["wall_us_per_file"] > 0
+    assert not list(root.iterdir())  # every file and folder removed
+    lines = render.tmpfs_writes(data)
+    assert "| GiB written | fill | window | fill again |" in lines
