@@ -252,6 +252,9 @@ def test_kill_9_leaves_no_process_segment_or_temp_dir_and_resume_completes(
 
 def test_sigterm_is_handled_like_ctrl_c_and_a_second_writer_is_refused(
         start_engine: Callable[..., Engine], tasks: Path, tmp_path: Path) -> None:
+    # Twice the tasks of the other tests: the run must outlast a second engine's start-up, which on a loaded
+    # machine took longer than the rest of a run of 8.
+    tasks.write_text("\n".join(BUNDLED_TASKS.read_text().splitlines()[:2 * N_TASKS]) + "\n")
     engine = start_engine()
     run_dir = wait_in_flight(engine)
     tree = process_tree(engine)
