@@ -13,7 +13,9 @@ an idle engine, divided by the rollouts). Two policies:
   mapped, and the step's messages stored.
 
 Each level is time-boxed: steps are counted over ``--seconds`` once every rollout has stepped. A py-spy sample of
-the engine process at the largest level says where its time goes.
+the engine process at the largest level says where its time goes. Every level keeps its rollouts' screenshots
+until their episodes end: at thousands of rollouts that is gigabytes of fresh memory, and ``bench.tmpfs_writes``
+measures what the machine charges for writing into it (the frame writer's CPU per frame is that write).
 
     python -m bench.engine_scale [--levels 256 1024 4096 8192] [--policies instant protocol] [--workers 2]
                                  [--seconds 10] [--json docs/benchmarks/engine_scale.json]
