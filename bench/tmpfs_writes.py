@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.null_worker import frames
+from bench.suite import machine_facts
 from engine._filewrite import write_files
 
 BATCH = 64  # files per call, as the frame writer batches them
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     files = int(args.gib * 2**30 / len(jpeg))
     per_gib = int(2**30 / len(jpeg)) // BATCH * BATCH
     window = int(args.window_gib * 2**30 / len(jpeg))
+    machine = machine_facts()  # before the passes: the memory available at the start
     passes = []
     with tempfile.TemporaryDirectory(prefix="bench-tmpfs-", dir=args.root) as tmp:
         for name, keep in (("fill", None), ("window", window), ("fill again", None)):
@@ -81,9 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                                                             keep)})
     if args.json:
         args.json.write_text(json.dumps({
-            "benchmark": "tmpfs_writes", "machine": {"cores": os.cpu_count(),
-                                                     "memory_gib": round(os.sysconf("SC_PHYS_PAGES")
-                                                                         * os.sysconf("SC_PAGE_SIZE") / 2**30, 1)},
+            "benchmark": "tmpfs_writes", "machine": machine,
             "config": {"gib": args.gib, "window_gib": args.window_gib, "root": args.root, "file_bytes": len(jpeg),
                        "files_per_call": BATCH},
             "passes": passes}, indent=1) + "\n")

@@ -57,11 +57,15 @@ class Engine:
         return self.log.read_text(errors="replace")
 
 
+def write_tasks(path: Path, n: int) -> Path:
+    """The first ``n`` bundled tasks, as a task file at ``path``."""
+    path.write_text("\n".join(BUNDLED_TASKS.read_text().splitlines()[:n]) + "\n")
+    return path
+
+
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("\n".join(BUNDLED_TASKS.read_text().splitlines()[:N_TASKS]) + "\n")
-    return path
+    return write_tasks(tmp_path / "tasks.jsonl", N_TASKS)
 
 
 def engine_cmd(tasks: Path, output: Path, *extra: str) -> list[str]:
@@ -254,7 +258,7 @@ def test_sigterm_is_handled_like_ctrl_c_and_a_second_writer_is_refused(
         start_engine: Callable[..., Engine], tasks: Path, tmp_path: Path) -> None:
     # Twice the tasks of the other tests: the run must outlast a second engine's start-up, which on a loaded
     # machine took longer than the rest of a run of 8.
-    tasks.write_text("\n".join(BUNDLED_TASKS.read_text().splitlines()[:2 * N_TASKS]) + "\n")
+    write_tasks(tasks, 2 * N_TASKS)
     engine = start_engine()
     run_dir = wait_in_flight(engine)
     tree = process_tree(engine)
