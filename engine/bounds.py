@@ -10,6 +10,7 @@ where the engine itself needs it (the task's website to navigate, programmatic U
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from engine.redact import mask_text, mask_url
@@ -41,12 +42,27 @@ def cap_text(text: str, limit: int) -> str:
     return text[:limit - 1] + ELLIPSIS
 
 
+def _fits(elements: list[Any], index: int, limit: int) -> bool:
+    """Whether every element's field ``index`` is at most ``limit`` long, swept in C (no Python call per element);
+    False also when some element does not have the usual shape, which the caller then checks one by one."""
+    if not limit or not elements:
+        return True
+    try:
+        return max(map(len, map(itemgetter(index), elements))) <= limit
+    except (TypeError, IndexError, KeyError):  # an int tag, a short or odd element: let the slow path judge
+        return False
+
+
 def _cap_elements(elements: list[Any], limits: PageLimits, cut: set[str]) -> list[Any]:
     """At most ``limits.elements`` elements (the first ones: document order), each ``[id, tag, text, ...]``
     with its tag and text capped."""
     if limits.elements and len(elements) > limits.elements:
         elements = elements[:limits.elements]
         cut.add("elements")
+    # The usual list (every tag and text within its cap) passes without a Python step per element: on a page of
+    # hundreds of elements that loop was the largest cost of a step's observation.
+    if _fits(elements, 1, limits.element_tag_chars) and _fits(elements, 2, limits.element_text_chars):
+        return elements
     out = elements
     for i, e in enumerate(elements):
         if not isinstance(e, list) or len(e) < 3:

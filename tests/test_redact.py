@@ -130,6 +130,18 @@ def test_bound_observation_leaves_small_pages_alone() -> None:
     assert obs.probe == {"done": False}
 
 
+def test_bound_observation_caps_elements_of_odd_shapes() -> None:
+    # A number for a tag or text (the protocol allows int | float | str) and a short element take the careful path,
+    # which still caps the long texts beside them.
+    limits = PageLimits(element_text_chars=5, element_tag_chars=3)
+    elements = [[1, 7, "a long text", 0, 0, 5, 5], [2, "button", 3.5, 0, 0, 5, 5], [3, "a", "ok", 0, 0, 5, 5]]
+    obs = _obs(elements=elements)
+    assert bound_observation(obs, limits) == ["element_text"]
+    assert obs.elements == [[1, 7, "a lo" + ELLIPSIS, 0, 0, 5, 5], [2, "bu" + ELLIPSIS, 3.5, 0, 0, 5, 5],
+                            [3, "a", "ok", 0, 0, 5, 5]]
+    assert bound_observation(_obs(elements=[[1, 7, "ok", 0, 0, 5, 5]]), limits) == []
+
+
 def test_cap_helpers() -> None:
     assert cap_text("abc", 3) == "abc" and cap_text("abcd", 3) == "ab" + ELLIPSIS and cap_text("abcd", 0) == "abcd"
     deep: dict = {}
