@@ -30,6 +30,7 @@ class RouterSocket:
         self.sock: zmq.Socket = zmq.Socket(ctx, zmq.ROUTER)  # type: ignore[type-arg]
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # bigger messages never reach Python
+        self._fd: int = self.sock.getsockopt(zmq.FD)  # fixed for the socket's life; ``sock.FD`` is a getsockopt call
         self._waiter: asyncio.Future[None] | None = None
         self._reading: asyncio.AbstractEventLoop | None = None  # the loop watching the descriptor, while one does
 
@@ -69,7 +70,7 @@ class RouterSocket:
         """Wait until the descriptor signals or a send asks for another look."""
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
-        loop.add_reader(self.sock.FD, self._wake)
+        loop.add_reader(self._fd, self._wake)
         self._reading = loop
         try:
             await self._waiter
@@ -79,7 +80,7 @@ class RouterSocket:
 
     def _stop_reading(self) -> None:
         if self._reading is not None:
-            self._reading.remove_reader(self.sock.FD)
+            self._reading.remove_reader(self._fd)
             self._reading = None
 
     def _wake(self) -> None:

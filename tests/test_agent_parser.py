@@ -306,6 +306,17 @@ def test_bad_element_ids_become_wait(element_id: object, error: str) -> None:
     assert act.name == "wait" and error in info["error"]
 
 
+def test_element_centres_agree_however_they_are_found() -> None:
+    # Ids 1..N in list order are found by position; any other list through the whole map, where an id listed
+    # twice names its first element either way.
+    in_order = element_centres([[1, "a", "x", 0, 0, 10, 10], [2, "a", "y", 100, 50, 20, 10]])
+    assert in_order[2] == (110, 55) and dict(in_order) == {1: (5, 5), 2: (110, 55)}
+    shuffled = element_centres([[2, "a", "y", 100, 50, 20, 10], [1, "a", "x", 0, 0, 10, 10], [1, "b", "z", 9, 9, 2, 2]])
+    assert shuffled[1] == (5, 5) and shuffled[2] == (110, 55) and 3 not in shuffled
+    twice = [[1, "a", "x", 0, 0, 10, 10], [1, "b", "z", 9, 9, 2, 2]]
+    assert element_centres(twice)[1] == dict(element_centres(twice))[1] == (5, 5)
+
+
 def test_element_id_needs_som_mode() -> None:
     act, info = parse_action(_call({"action": "left_click", "element_id": 1}), GRID)
     assert act.name == "wait" and "needs a 'coordinate'" in info["error"]

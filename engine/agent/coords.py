@@ -167,10 +167,17 @@ class Elements(Mapping[int, tuple[int, int]]):
 
     def _built(self) -> dict[int, tuple[int, int]]:
         if self._centres is None:
-            self._centres = {int(e[0]): (round(e[3] + e[5] / 2), round(e[4] + e[6] / 2)) for e in self._elements}
+            # Reversed: an id listed twice names its first element, as the lookup by position finds it.
+            self._centres = {int(e[0]): (round(e[3] + e[5] / 2), round(e[4] + e[6] / 2))
+                             for e in reversed(self._elements)}
         return self._centres
 
     def __getitem__(self, element_id: int) -> tuple[int, int]:
+        # Workers number elements 1..N in list order: look there first, without building every centre.
+        if self._centres is None and 0 < element_id <= len(self._elements):
+            e = self._elements[element_id - 1]
+            if e[0] == element_id:
+                return round(e[3] + e[5] / 2), round(e[4] + e[6] / 2)
         return self._built()[element_id]
 
     def __iter__(self) -> Iterator[int]:

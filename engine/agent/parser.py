@@ -45,6 +45,8 @@ def _split_think(text: str) -> tuple[str, str | None]:
     """``(text without think blocks, the think content or None)``: each ``<think>`` pairs with the next
     ``</think>``; before the last ``</think>`` left without an opening tag, everything is thinking; tags left over
     are dropped."""
+    if _THINK_TAG.search(text) is None:  # most replies: the history re-reads each one for several steps
+        return text, None
     thoughts: list[str] = []
     rest: list[str] = []  # the text outside complete blocks
     pos, opened = 0, None  # opened: the <think> still waiting for its </think>

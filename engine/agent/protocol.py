@@ -46,6 +46,7 @@ class AgentProtocol:
         self.templates = self.cfg.templates()
         self.format = action_format(self.cfg.action_format)
         self._systems: dict[tuple[int, int], str] = {}
+        self._frames: dict[tuple[int, int], CoordFrame] = {}  # by viewport: a run has one or a few
         self.resize = self._resize_params(resize)
 
     def _resize_params(self, model_resize: dict[str, int] | None) -> dict[str, int]:
@@ -58,6 +59,7 @@ class AgentProtocol:
         """Adopt the image processor's parameters a model backend learnt at start."""
         self.resize = self._resize_params(model_resize)
         self._systems.clear()
+        self._frames.clear()
 
     @property
     def som(self) -> bool:
@@ -70,9 +72,12 @@ class AgentProtocol:
 
     def coord_frame(self, view: StepView) -> CoordFrame:
         """How the model's coordinates map to this observation's viewport."""
-        if self.cfg.coords == "grid":
-            return CoordFrame.grid(view.width, view.height, **self.resize)
-        return CoordFrame.pixels(view.width, view.height, **self.resize)
+        key = (view.width, view.height)
+        frame = self._frames.get(key)
+        if frame is None:
+            make = CoordFrame.grid if self.cfg.coords == "grid" else CoordFrame.pixels
+            frame = self._frames[key] = make(view.width, view.height, **self.resize)
+        return frame
 
     def system(self, frame: CoordFrame) -> str:
         """The system prompt for a viewport (it names the screen size in pixels mode)."""
