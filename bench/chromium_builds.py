@@ -42,8 +42,7 @@ async def one_run(base: str, exe: str, reuse: int, args: argparse.Namespace, out
     """One engine core on ``exe``: its start, then the episodes; the browser's CPU and memory from samples."""
     tasks = load_tasks(BUNDLED_TASKS, base, step_caps=StepCaps(train=(args.steps,) * 3))[:args.episodes]
     worker = WorkerConfig(endpoint="", chromium_path=exe, context_reuse=reuse)
-    cfg = RunConfig(concurrency=args.concurrency, workers=1, worker=worker, telemetry=None, output_dir=str(out),
-                    memory_sample_s=3600.0)
+    cfg = RunConfig(concurrency=args.concurrency, workers=1, worker=worker, telemetry=None, output_dir=str(out))
     t0 = time.monotonic()
     async with EngineCore(cfg) as core:
         start_s = time.monotonic() - t0

@@ -99,8 +99,7 @@ async def one_side(pages: AdPages, rules: Path | None, args: argparse.Namespace,
     worker = WorkerConfig(endpoint="", allow_private_network=True,
                           net_hosts={"news.bench": "127.0.0.1", "ads.bench": "127.0.0.1"},
                           request_rules=[str(rules)] if rules else [])
-    cfg = RunConfig(concurrency=args.concurrency, workers=1, worker=worker, telemetry=None, output_dir=str(tmp),
-                    memory_sample_s=3600.0)
+    cfg = RunConfig(concurrency=args.concurrency, workers=1, worker=worker, telemetry=None, output_dir=str(tmp))
     caps = StepCaps(train=(args.steps, args.steps, args.steps))
     tasks = [Task(task_id=f"ads-{i}", task_name="Look at the page.",
                   website=f"http://news.bench:{pages.port}{HEAVY_PAGES[i % len(HEAVY_PAGES)]}", difficulty=1,

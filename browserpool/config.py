@@ -86,8 +86,8 @@ class WorkerConfig:
     max_events_per_observation: int = 32
     # Renderer memory watch (0 turns a cap off). A context whose page's JS heap is above context_memory_mib
     # when its episode ends is discarded instead of reused; a browser whose process tree's PSS (sampled every
-    # memory_check_s in a thread) is above browser_memory_mib is recycled once it has no live episode (the
-    # worker reports itself draining meanwhile, so that the pool leases it no new episodes).
+    # memory_check_s in a thread, and reported in the heartbeats) is above browser_memory_mib is recycled once it
+    # has no live episode (the worker reports itself draining meanwhile, so that the pool leases it no new episodes).
     context_memory_mib: int = 512
     browser_memory_mib: int = 8192
     memory_check_s: float = 5.0

@@ -145,6 +145,7 @@ class WorkerHandle:
     wire_id: str = ""  # the id the worker itself uses in its messages
     hello: P.Hello | None = None  # what it said when it joined (a worker heard from again after silence rejoins)
     contexts: int = 0  # live episodes the worker reports in its heartbeats
+    browser_pss: int = 0  # its browser's PSS in bytes, as its heartbeats report it (0: no reading yet)
 
 
 class BrowserSession:
@@ -269,6 +270,7 @@ class BrowserPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.restarts = 0
+        self.peak_browser_pss = 0  # the most the live workers' reported browser PSS came to at once (bytes)
         self.broken: str | None = None  # set when workers keep dying at start-up
         self._failed_starts = 0
         self.on_event: Callable[[str, str], None] | None = None  # (kind, message) for logs
@@ -474,8 +476,14 @@ class BrowserPool:
                 h.proc.kill()
 
     # --- memory -------------------------------------------------------------------------------------
+    @property
+    def browser_pss(self) -> int:
+        """The live workers' browser PSS in bytes, as their last heartbeats report it (workers on any host)."""
+        return sum(h.browser_pss for h in self.workers.values() if h.alive)
+
     def browser_pss_bytes(self) -> int:
-        """PSS of all live workers' Chromium process trees (blocking: call from a thread)."""
+        """PSS of the live workers' Chromium process trees read now from /proc (workers this pool spawned; blocking:
+        call from a thread). For measurements: the run's own figures come from the heartbeats (:attr:`browser_pss`)."""
         return sum(tree_pss_bytes(h.browser_pid) for h in self.alive_workers() if h.browser_pid)
 
     # --- workers -------------------------------------------------------------------------------------
@@ -632,6 +640,9 @@ class BrowserPool:
                 return
             h.last_seen = time.monotonic()
             h.contexts = msg.contexts
+            if msg.browser_pss != h.browser_pss:
+                h.browser_pss = msg.browser_pss
+                self.peak_browser_pss = max(self.peak_browser_pss, self.browser_pss)
             if h.proc is not None and msg.browser_pid and msg.browser_pid != h.browser_pid:
                 h.browser_pid = _descendant_pid(h.proc.pid, msg.browser_pid)  # a recycled browser
             if msg.draining != h.draining:

@@ -19,13 +19,15 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 
 # 2: typed structs (msgspec), Observation.events, Heartbeat.draining and browser_pid, Welcome.net.
-PROTOCOL_VERSION = 2
+# 3: Heartbeat.browser_pss.
+PROTOCOL_VERSION = 3
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
 WorkerId = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 ShortText = Annotated[str, msgspec.Meta(max_length=256)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+ByteCount = Annotated[int, msgspec.Meta(ge=0, le=2**50)]
 # [id, tag, text, x, y, w, h]: see Observation.elements.
 Element = Annotated[list[int | float | str], msgspec.Meta(min_length=7, max_length=7)]
 
@@ -188,6 +190,9 @@ class Heartbeat(Message, tag="heartbeat"):
     inflight: Count
     draining: bool = False  # the worker wants no new episodes (e.g. it will recycle its browser when idle)
     browser_pid: Count = 0  # the worker's current Chromium (it changes when the browser is recycled)
+    # The PSS of that Chromium's process tree at the worker's last memory check (bytes; 0: none yet). Read by the
+    # worker, which watches it anyway: the engine need not read /proc itself, and hears from remote hosts too.
+    browser_pss: ByteCount = 0
 
 
 class Request(Message, tag="req"):

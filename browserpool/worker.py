@@ -119,6 +119,7 @@ class BrowserWorker:
         # Memory watch: ``draining`` (reported in heartbeats) while the browser waits to be recycled.
         self.draining = False
         self.browser_recycles = 0
+        self.browser_pss = 0  # bytes, at the last memory check (0: none yet); sent in every heartbeat
         self.contexts_over_memory = 0  # contexts discarded after their episode for their JS heap
         self._recycling = False
         self._browser_ready = asyncio.Event()  # cleared while the browser is being recycled
@@ -175,19 +176,18 @@ class BrowserWorker:
             self._stop.set()
 
     async def _heartbeat(self) -> None:
-        watch = asyncio.create_task(self._watch_browser_memory()) if self.cfg.browser_memory_mib > 0 else None
+        watch = asyncio.create_task(self._watch_browser_memory())
         try:
             while True:
                 await self._send(self._heartbeat_message())
                 self._maybe_recycle()  # a draining worker that went idle without a close (a discarded page)
                 await asyncio.sleep(self.cfg.heartbeat_s)
         finally:
-            if watch is not None:
-                watch.cancel()
+            watch.cancel()
 
     def _heartbeat_message(self) -> P.Heartbeat:
         return P.Heartbeat(self.cfg.worker_id, len(self.episodes), self.inflight, self.draining,
-                           self._chromium_pid)
+                           self._chromium_pid, self.browser_pss)
 
     async def _serve(self) -> None:
         stop = asyncio.create_task(self._stop.wait())
@@ -561,28 +561,31 @@ class BrowserWorker:
         return tree_pss_bytes(self._chromium_pid)
 
     async def _watch_browser_memory(self) -> None:
-        """Every ``memory_check_s``, read the browser's PSS (in a thread: ~2 ms of kernel time per process, not
-        per step); above ``browser_memory_mib`` the worker drains: it says so in its heartbeat (the pool leases
-        it no new episodes) and recycles the browser as soon as no episode is live."""
+        """Every ``memory_check_s``, read the browser's PSS (in a thread: a few ms of kernel time per process, not
+        per step) for the heartbeats (the engine's memory figures); above ``browser_memory_mib`` (unless 0) the
+        worker drains: it says so in its heartbeat (the pool leases it no new episodes) and recycles the browser as
+        soon as no episode is live."""
         cap = self.cfg.browser_memory_mib << 20
-        cost = 0.0
         while True:
-            # Reading PSS costs ~2 ms of kernel time per process: with many renderers the interval stretches
-            # so that the watch stays under ~2% of one core (as the engine's own sampler does).
+            cost = 0.0
+            if not self.draining and self.browser is not None:
+                t0 = time.perf_counter()
+                self.browser_pss = pss = await asyncio.to_thread(self._browser_pss)
+                cost = time.perf_counter() - t0
+                if cap and pss > cap and not self.draining:
+                    await self._start_draining(pss)
+            # Reading PSS costs a few ms of kernel time per process: with many renderers the interval stretches
+            # so that the watch stays under ~2% of one core.
             await asyncio.sleep(max(self.cfg.memory_check_s, 50 * cost))
-            if self.draining or self.browser is None:
-                continue
-            t0 = time.perf_counter()
-            pss = await asyncio.to_thread(self._browser_pss)
-            cost = time.perf_counter() - t0
-            if pss > cap and not self.draining:
-                self.draining = True
-                print(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
-                      f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it",
-                      file=sys.stderr, flush=True)
-                with contextlib.suppress(zmq.ZMQError):
-                    await self._send(self._heartbeat_message())  # now, not at the next beat
-                self._maybe_recycle()
+
+    async def _start_draining(self, pss: int) -> None:
+        """The browser is over its memory cap: take no new episodes, say so now, recycle it once idle."""
+        self.draining = True
+        print(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
+              f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it", file=sys.stderr, flush=True)
+        with contextlib.suppress(zmq.ZMQError):
+            await self._send(self._heartbeat_message())  # now, not at the next beat
+        self._maybe_recycle()
 
     def _recycle_after_request(self) -> None:
         """Once the current request (an episode's close) has been answered, recycle if draining and idle."""
@@ -618,6 +621,7 @@ class BrowserWorker:
                 executable_path=self.cfg.chromium_path, args=self.cfg.chromium_flags, headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
             self._chromium_pid = _newest_chromium()
+            self.browser_pss = 0  # the old tree's reading; the watch reads the new one at its next check
             self.browser_recycles += 1
             self.draining = False
             print(f"worker {self.cfg.worker_id}: browser recycled in {_ms(t0):.0f} ms", file=sys.stderr, flush=True)

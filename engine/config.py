@@ -42,7 +42,6 @@ class RunConfig:
     allow_keys: str | None = None
     insecure: bool = False
     worker: WorkerConfig = field(default_factory=lambda: WorkerConfig(endpoint=""))
-    memory_sample_s: float = 5.0
     reward: str = "auto"  # auto | judge | program (auto: the page's or the task's own checks, else the judge)
     # Environment variables the browser workers must never inherit (API keys of the policy's and the judge's
     # servers); the worker environment drops well-known secret names besides.

@@ -120,7 +120,7 @@ class EngineCore:
         self.blocklist: Blocklist | None = None  # opened by start() (its default file is in the run directory)
         self._jobs: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._runners: list[asyncio.Task[None]] = []
-        self._sampler: asyncio.Task[None] | None = None
+        self._pool_figures: asyncio.Task[None] | None = None
         self._started = False
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ class EngineCore:
             if self.judge is not None:
                 await self.judge.start()
                 self.judge_queue = JudgeQueue(self.judge, self.store, on_verdict=self._on_verdict)
-            self._sampler = asyncio.ensure_future(self._sample_memory())
+            self._pool_figures = asyncio.ensure_future(self._follow_pool())
             self._runners = self._start_runners()
             self._started = True
         except BaseException:
@@ -182,11 +182,11 @@ class EngineCore:
             job.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await job
-        if self._sampler is not None:
-            self._sampler.cancel()
+        if self._pool_figures is not None:
+            self._pool_figures.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-            self._sampler = None
+                await self._pool_figures
+            self._pool_figures = None
         if self.judge_queue is not None:
             await self.judge_queue.drain()
         self._finish_stats()
@@ -522,17 +522,19 @@ class EngineCore:
         self.cut(rollouts)
 
     # --- measurements ---------------------------------------------------------------------------------
-    async def _sample_memory(self) -> None:
-        # Reading PSS costs ~2 ms of kernel time per Chromium process, so the interval stretches to keep the
-        # sampler under ~2% of one core however many renderers there are.
+    async def _follow_pool(self) -> None:
+        # The workers report their browsers' memory in their heartbeats (the pool keeps the peak): the run's
+        # stats take the pool's figures once a second, with no reads of /proc here.
+        assert self.pool is not None
         while True:
-            t0 = time.monotonic()
-            pss = await asyncio.to_thread(self.pool.browser_pss_bytes)
-            self.stats.peak_browser_pss = max(self.stats.peak_browser_pss, pss)
+            self._take_pool_figures()
+            await asyncio.sleep(1.0)
+
+    def _take_pool_figures(self) -> None:
+        if self.pool is not None:
+            self.stats.peak_browser_pss = max(self.stats.peak_browser_pss, self.pool.peak_browser_pss)
             self.stats.worker_restarts = self.pool.restarts
-            await asyncio.sleep(max(self.cfg.memory_sample_s, 50 * (time.monotonic() - t0)))
 
     def _finish_stats(self) -> None:
-        if self.pool is not None:
-            self.stats.worker_restarts = self.pool.restarts
+        self._take_pool_figures()
         self.stats.finished_at = time.monotonic()

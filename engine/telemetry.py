@@ -98,13 +98,12 @@ class TelemetryPublisher:
     """
 
     def __init__(self, endpoint: str | None, run_dir: str | Path | None = None, *, hz: float = 10.0,
-                 agg_hz: float = 2.0, snapshot_s: float = 2.0, hwm: int = 100, pss_interval_s: float = 10.0,
+                 agg_hz: float = 2.0, snapshot_s: float = 2.0, hwm: int = 100,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  server_keys: ServerKeys | None = None, insecure: bool = False) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_name = self.run_dir.name if self.run_dir is not None else ""
         self.hz, self.agg_hz, self.snapshot_s = min(hz, 10.0), min(agg_hz, hz), snapshot_s
-        self.pss_interval_s = pss_interval_s
         self.clock, self.wall = clock, wall
         self.stats: RunStats | None = None
         self.pool: BrowserPool | None = None
@@ -118,7 +117,6 @@ class TelemetryPublisher:
         # counts and rubric rewards take few values, so a long run holds few tuples here, not one per episode.
         self._cell_values: dict[Cell, Cell] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()  # finished episodes in ``statuses``, oldest first
-        self.worker_pss: dict[str, int] = {}
         self._dirty: dict[str, None] = {}  # an ordered set: messages come out the same every run
         self._unannounced: dict[str, None] = {}
         self._sent_details: dict[str, tuple[Any, ...]] = {}
@@ -140,7 +138,6 @@ class TelemetryPublisher:
         self._ctx: zmq.Context[Any] | None = None
         self._sock: zmq.Socket[Any] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._pss_task: asyncio.Task[None] | None = None
         self._guard: CurveGuard | None = None
         if endpoint is not None:
             self._bind(endpoint, hwm, server_keys, insecure)
@@ -320,10 +317,7 @@ class TelemetryPublisher:
                 waiting += n_wait
                 workers.append({"id": h.worker_id, "alive": h.alive, "episodes": len(h.episodes), "ops": n_ops,
                                 "waiting": n_wait, "opens": cap_opens - h.opens._value,
-                                "pss": self.worker_pss.get(h.worker_id)})
-        elif self.worker_pss:
-            workers = [{"id": w, "alive": True, "episodes": 0, "ops": 0, "waiting": 0, "opens": 0, "pss": p}
-                       for w, p in self.worker_pss.items()]
+                                "pss": h.browser_pss or None})  # None: no reading yet
         slots = self.policy_slots
         queues = {
             "policy_in_use": (self.policy_cap - slots._value) if slots is not None else ops["a"],
@@ -333,7 +327,8 @@ class TelemetryPublisher:
             "lease_waiting": states["W"],
             "judge_pending": self.judge_pending() if self.judge_pending else 0,
         }
-        pss_total = sum(p for p in self.worker_pss.values() if p)
+        pss_total = self.pool.browser_pss if self.pool is not None else 0
+        peak_pss = max(stats.peak_browser_pss, self.pool.peak_browser_pss if self.pool is not None else 0, pss_total)
         return {
             "states": dict(states), "ops": dict(ops), "total": total, "done": done, "steps": stats.steps,
             "outcomes": dict(stats.outcomes), "success_rate": round(stats.success_rate, 4),
@@ -341,7 +336,7 @@ class TelemetryPublisher:
             "spark": list(self._spark),
             "phases": self._phases(now, stats),
             "queues": queues, "workers": workers, "pss_total": pss_total,
-            "peak_pss": max(stats.peak_browser_pss, pss_total), "restarts": self.pool.restarts if self.pool else 0,
+            "peak_pss": peak_pss, "restarts": self.pool.restarts if self.pool else 0,
             "elapsed_s": round(now - stats.started_at, 2), "eta_s": None if eta is None else round(eta, 1),
         }
 
@@ -416,8 +411,6 @@ class TelemetryPublisher:
             msg = self.message()
         if msg is not None:
             self._send(msg)
-        if self._pss_task is None and self.pool is not None and self.pss_interval_s > 0:
-            self._pss_task = asyncio.ensure_future(self._sample_pss())
 
     async def _tick_loop(self) -> None:
         period = 1.0 / self.hz
@@ -430,29 +423,13 @@ class TelemetryPublisher:
             self.tick_cpu_s += time.thread_time() - c0  # what telemetry costs the engine's loop (bench/monitor.py)
             await asyncio.sleep(max(0.0, period - (time.monotonic() - t0)))
 
-    async def _sample_pss(self) -> None:
-        # Per-worker PSS only while a monitor watches; the interval stretches to keep the reads (~2 ms of kernel
-        # time per Chromium process) under ~1% of one core.
-        from browserpool.memory import tree_pss_bytes
-
-        def sample() -> dict[str, int]:
-            assert self.pool is not None
-            return {h.worker_id: tree_pss_bytes(h.browser_pid) for h in self.pool.alive_workers()}
-
-        while self.subscribed:
-            t0 = time.monotonic()
-            self.worker_pss = await asyncio.to_thread(sample)
-            await asyncio.sleep(max(self.pss_interval_s, 100 * (time.monotonic() - t0)))
-        self._pss_task = None
-
     async def close(self) -> None:
         """Send the final state and an end marker, stop ticking, close the socket."""
-        for t in (self._task, self._pss_task):
-            if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):  # telemetry never fails a run
-                    await t
-        self._task = self._pss_task = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # telemetry never fails a run
+                await self._task
+        self._task = None
         if self._sock is None:
             return
         self._poll_subscriptions()

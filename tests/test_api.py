@@ -66,12 +66,11 @@ async def test_a_policy_that_cannot_start_ends_its_episodes_with_errors(tmp_path
 
 
 async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server: str) -> None:
-    """Telemetry (a monitor attached to a service sees its cells), sync mode, memory sampling and the same stats
-    as `run`: both are clients of one engine core."""
+    """Telemetry (a monitor attached to a service sees its cells), sync mode, the workers' memory figures and the
+    same stats as `run`: both are clients of one engine core."""
     tasks_file = subset(tmp_path, per_site=1)
     tasks = load_tasks(tasks_file, site_server)[:4]
-    cfg = RunConfig(tasks=str(tasks_file), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, mode="sync",
-                    memory_sample_s=0.5)
+    cfg = RunConfig(tasks=str(tasks_file), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, mode="sync")
     model = MonitorModel()
     async with RolloutService(cfg, base_url=site_server) as service:
         assert service.run_dir is not None

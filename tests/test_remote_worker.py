@@ -29,6 +29,7 @@ from browserpool.pool import BrowserPool, PoolConfig, PoolError, WorkerLost
 from browserpool.protocol import BrowserAction
 from engine._imgcodec import jpeg_size
 from engine.telemetry import TelemetryPublisher
+from tests.conftest import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -145,6 +146,10 @@ async def test_insecure_tcp_worker(site_server: str, shared_memory: bool) -> Non
         assert handle.worker_id == "remote-1" and handle.browser_pid == 0
         assert (handle.reader is not None) == shared_memory
         await serve_one_episode(pool, site_server + "/wiki/", inline=not shared_memory)
+        # Its browser's memory comes in its heartbeats: the engine knows no pid of it to read.
+        assert await until(lambda: pool.browser_pss > 0, 15.0)
+        assert handle.browser_pss == pool.browser_pss and 20 * 2**20 < pool.browser_pss < 4 * 2**30
+        assert pool.peak_browser_pss >= pool.browser_pss
     finally:
         await pool.close()
         # The pool's shutdown message ends the hand-started worker too.

@@ -35,6 +35,11 @@ class _Pool:
     cfg: PoolConfig
     workers: dict[str, WorkerHandle] = field(default_factory=dict)
     restarts: int = 0
+    peak_browser_pss: int = 0
+
+    @property
+    def browser_pss(self) -> int:
+        return sum(h.browser_pss for h in self.workers.values() if h.alive)
 
 
 class SimulatedRun:
@@ -56,12 +61,11 @@ class SimulatedRun:
         if publisher is not None:
             publisher.clock, publisher.wall = (lambda: self.now), (lambda: WALL0 + self.now)
         self.pub.run_name = self.pub.run_name or "run-simulated"
-        self.pub.pss_interval_s = 0  # the simulated workers' PSS is set below, not sampled
         pool = _Pool(PoolConfig(workers=workers, ops_per_worker=16, opens_per_worker=4))
         for w in range(workers):
             h = WorkerHandle(f"w{w}", ops=asyncio.Semaphore(16), opens=asyncio.Semaphore(4), alive=True)
+            h.browser_pss = (900 + 37 * w) * 2**20  # as a worker's heartbeat would report it
             pool.workers[h.worker_id] = h
-            self.pub.worker_pss[h.worker_id] = (900 + 37 * w) * 2**20
         self.pool = pool
         self.pub.pool = pool  # type: ignore[assignment]
         self.pub.stats = self.stats
