@@ -42,6 +42,7 @@ import uvloop
 
 from bench.ceiling import CLICK
 from bench.null_worker import PAGE_URL, null_workers
+from bench.proc_stats import thread_cpu
 from browserpool.pool import BrowserPool
 from browserpool.protocol import MAX_SLOTS
 from engine.agent.prompts import AgentConfig
@@ -160,14 +161,14 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             workers_cpu = [psutil.Process(p.pid) for p in procs]
             w0 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
             t0, s0, l0, i0 = time.monotonic(), stats.steps, len(stats.step_latencies_ms), pool.inline_frames
-            c0, th0, threads0 = time.process_time(), time.thread_time(), _thread_cpu(me)
+            c0, th0, threads0 = time.process_time(), time.thread_time(), thread_cpu(me)
             uss = me.memory_full_info().uss
             with GcMeter() as gc_meter:
                 await asyncio.sleep(seconds)
             t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
             inline = pool.inline_frames - i0
             threads = {name: round((cpu - threads0.get(name, 0.0)) / (t1 - t0), 3)
-                       for name, cpu in _thread_cpu(me).items()}
+                       for name, cpu in thread_cpu(me).items()}
             w1 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
             pyspy = await pyspy_window(min(seconds, 5.0), profile) if profile is not None else None
             lat = sorted(stats.step_latencies_ms[l0:]) or [0.0]
@@ -194,22 +195,6 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             "engine_uss_mib": round(uss / 2**20, 1),
             "uss_per_rollout_kib": round((uss - uss0) / 1024 / n, 1),
             "inline_frames": inline, "ramp_s": round(ramp_s, 1), "errors": errors, "pyspy": pyspy}
-
-
-def _thread_cpu(proc: psutil.Process) -> dict[str, float]:
-    """CPU seconds per thread of this process, by the thread's name (Python's, or the OS's for native threads)."""
-    import threading
-
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    out: dict[str, float] = {}
-    for th in proc.threads():
-        name = names.get(th.id)
-        if name is None:
-            with contextlib.suppress(OSError):
-                name = Path(f"/proc/self/task/{th.id}/comm").read_text().strip()
-        key = name or str(th.id)
-        out[key] = out.get(key, 0.0) + th.user_time + th.system_time
-    return out
 
 
 def level_in_process(n: int, policy_kind: str, args: argparse.Namespace, profile: Path | None) -> dict[str, Any]:

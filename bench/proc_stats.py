@@ -6,8 +6,12 @@ Blocking (it reads ``/proc/PID/smaps_rollup``, ~2 ms of kernel time per process)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -53,6 +57,31 @@ def own_cpu_s(proc: psutil.Process) -> float:
     except psutil.Error:
         return 0.0
     return t.user + t.system
+
+
+def thread_cpu(proc: psutil.Process) -> dict[str, float]:
+    """CPU seconds per thread of this process (``proc``: this one), by the thread's name (Python's, or the OS's for
+    native threads such as ZeroMQ's)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for th in proc.threads():
+        name = names.get(th.id)
+        if name is None:
+            with contextlib.suppress(OSError):
+                name = Path(f"/proc/self/task/{th.id}/comm").read_text().strip()
+        key = name or str(th.id)
+        out[key] = out.get(key, 0.0) + th.user_time + th.system_time
+    return out
+
+
+def named_thread_cpu_s(name: str) -> float:
+    """CPU seconds of this process's Python thread called ``name`` (its own clock: exact, where ``/proc`` counts
+    10 ms ticks); 0.0 when no such thread runs."""
+    for t in threading.enumerate():
+        if t.name == name and t.ident is not None:
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                return time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+    return 0.0
 
 
 def tree_cpu_s(pid: int) -> float:

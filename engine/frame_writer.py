@@ -58,6 +58,7 @@ BATCH_FRAMES = 64
 # Frames that may wait to be written before the rollouts wait for room (:meth:`FrameWriter.room`): a disk slower than
 # the run then slows the run instead of filling memory with queued frames, or its workers' rings with held slots.
 MAX_QUEUED = 512
+THREAD_NAME = "frame-writer"  # the writer thread's name (benchmarks read its CPU time by it)
 
 
 class FrameWriter:
@@ -86,7 +87,7 @@ class FrameWriter:
         """Queue one file (``make_dir``: create its folder first); returns at once. ``data`` must stay valid
         until ``done`` (called on the event loop's thread once the file is written, or could not be)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="frame-writer", daemon=True)
+            self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
             self._thread.start()
         with self._lock:
             self._pending.setdefault(episode, _Pending()).queued += 1

@@ -5,8 +5,10 @@ image path: engine._imgcodec, shared-memory frames; prompt building: engine.agen
 policy; parsing: engine.agent.parser, coords, actions; store writes: engine.store; telemetry: engine.telemetry;
 scheduling: rollout, runner, stats; policy backend: the simulated model; library and builtin functions go to the
 phase of the project code that called them, the rest to "event loop and other"), and the phases' shares are applied
-to the unprofiled CPU per step (cProfile inflates Python time). Then ``bench/monitor.py``'s engine run: steps/s with
-a monitor process attached and without (telemetry on, nobody listening), alternating; goal: at most 3% fewer. codec
+to the unprofiled CPU per step (cProfile inflates Python time); the screenshot writer thread's CPU is read from its own
+clock, and the rest of the process's threads make "other threads". Then ``bench/monitor.py``'s engine run:
+steps/s with a monitor process attached and without (telemetry on, nobody listening), alternating; goal: at most 3%
+fewer.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.proc_stats import named_thread_cpu_s
 from bench.suite import SuiteResult, plot_series
 from bench.suites.common import write_task_mix
+from engine.frame_writer import THREAD_NAME as WRITER_THREAD
 
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"concurrency": 32, "warmup": 10.0, "seconds": 30.0, "sim_speed": 50.0, "monitor_concurrency": 32,
@@ -49,8 +53,9 @@ PHASES: list[tuple[str, tuple[str, ...]]] = [
                     "engine/judging.py")),
 ]
 OTHER = "event loop and other"
-OTHER_THREADS = "other threads"  # the engine process's threads besides the loop: ZeroMQ I/O, memory sampler
-PHASE_NAMES = [p for p, _ in PHASES] + [OTHER, OTHER_THREADS]
+WRITER = "screenshot writer thread"  # engine/frame_writer.py: the files' system calls, off the loop
+OTHER_THREADS = "other threads"  # the engine process's other threads: ZeroMQ's I/O, the default executor
+PHASE_NAMES = [p for p, _ in PHASES] + [OTHER, WRITER, OTHER_THREADS]
 
 
 def _direct_phase(func: tuple[str, int, str]) -> str | None:
@@ -90,7 +95,7 @@ def phase_times(stats: pstats.Stats) -> dict[str, float]:
             memo[func] = out
         return out
 
-    times = {p: 0.0 for p in PHASE_NAMES if p != OTHER_THREADS}
+    times = {p: 0.0 for p in PHASE_NAMES if p not in (WRITER, OTHER_THREADS)}
     for func, (_, _, tt, _, _) in raw.items():
         for p, s in shares(func, 0, frozenset()).items():
             times[p] += tt * s
@@ -133,8 +138,10 @@ async def profiled_run(base: str, n: int, warmup: float, seconds: float, workers
         await asyncio.sleep(0.1)
     await asyncio.sleep(warmup)
     t0, s0, c0, th0 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
+    w0 = named_thread_cpu_s(WRITER_THREAD)
     await asyncio.sleep(seconds)
     t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
+    w1 = named_thread_cpu_s(WRITER_THREAD)
     # CPU time of the event loop's thread, not wall time: on a busy machine wall time also counts the moments
     # the process waits for a core.
     pyspy = await pyspy_window(seconds / 2, pyspy_path) if pyspy_path is not None else None
@@ -153,7 +160,8 @@ async def profiled_run(base: str, n: int, warmup: float, seconds: float, workers
     cpu_per_step = (c1 - c0) * 1000 / steps
     loop_per_step = min(cpu_per_step, (th1 - th0) * 1000 / steps)  # the event loop's thread: what cProfile sees
     phase_ms = {p: loop_per_step * t / total for p, t in times.items()}
-    phase_ms[OTHER_THREADS] = cpu_per_step - loop_per_step
+    phase_ms[WRITER] = min(cpu_per_step - loop_per_step, (w1 - w0) * 1000 / steps)
+    phase_ms[OTHER_THREADS] = cpu_per_step - loop_per_step - phase_ms[WRITER]
     top = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][2])[:15]  # type: ignore[attr-defined]
     return {"concurrency": n, "steps_per_s": round((s1 - s0) / (t1 - t0), 2),
             "cpu_ms_per_step": round(cpu_per_step, 3),
@@ -272,5 +280,6 @@ async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -
     res.plots.append("overhead.png")
     res.notes.append("Phases: cProfile (thread CPU time; each function's own time, library and builtin calls charged "
                      "to the project code that made them) gives the shares of the event loop thread's CPU, applied to "
-                     "that thread's CPU per step measured without the profiler; 'other threads' is the rest of the "
-                     "process's CPU time (ZeroMQ's I/O thread, the memory sampler).")
+                     "that thread's CPU per step measured without the profiler; the screenshot writer thread's CPU "
+                     "(the files' system calls; the run directory is under the system's temp dir) is read from "
+                     "its own clock; 'other threads' is the rest of the process's CPU time (ZeroMQ's I/O thread).")
