@@ -17,6 +17,7 @@ from bench.render import (
     FigureError,
     Store,
     figure,
+    goal_rows,
     is_suite,
     machine_groups,
     need,
@@ -26,6 +27,7 @@ from bench.render import (
     stored,
     summary_of,
     summary_value,
+    table,
 )
 from bench.render import value_text as _value_text
 from bench.suite import num_text
@@ -357,8 +359,21 @@ def summary_block(store: Store, name: str) -> list[str]:
     return [f"- **{what}**: {value}" for what, value in map(_summary_item, rows)]
 
 
+def suite_goals(store: Store) -> list[str]:
+    """Every stored suite figure that has a goal, as one table, each suite with its code's revision and start."""
+    suites = [d for _, d in sorted(store.items()) if is_suite(d) and not d.get("skipped")]
+    rows = goal_rows(suites)
+    if not rows:
+        raise FigureError("docs/benchmarks/ holds no suite figure with a goal")
+    runs = "; ".join(f"{d['suite']}: code {d.get('machine', {}).get('git_revision') or 'of an unknown revision'}, "
+                     f"{(d.get('started_at') or '')[:10] or 'on an unknown day'}" for d in suites)
+    return [f"Each suite's stored run ({runs}):", "", *(keep(line) for line in table(
+        ("suite", "figure", "value", "goal", "met"), rows))]
+
+
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "at-a-glance": at_a_glance,
+    "suite-goals": suite_goals,
     "env-api": env_api,
     "rl-loop": rl_loop,
     "request-rules": request_rules,

@@ -108,3 +108,16 @@ def test_wrapping_never_starts_a_line_with_block_syntax() -> None:
     assert " ".join(x.strip() for x in lines) == line
     assert all(len(x) <= 30 or " " not in x.strip() for x in lines)
     assert all(not x.strip().startswith((">", "- ", "1.", "#", "+", "*", "|")) for x in lines[1:])
+
+
+def test_the_suite_goals_block_is_one_table_with_every_goal_and_long_rows_stay_whole() -> None:
+    store = load_store(ROOT / "docs" / "benchmarks")
+    block = render_block("suite-goals", store)
+    rows = [line for line in block.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    with_goal = [f for d in store.values() if "figures" in d and not d.get("skipped")
+                 for f in d["figures"].values() if f.get("goal")]
+    assert len(rows) == len(with_goal) > 0
+    assert all(row.endswith(" |") for row in rows)  # never wrapped, however long
+    assert "overhead: code" in " ".join(block.split())
+    with pytest.raises(FigureError, match="no suite figure with a goal"):
+        render_block("suite-goals", {"soak": SOAK})
