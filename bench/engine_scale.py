@@ -161,14 +161,14 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
             workers_cpu = [psutil.Process(p.pid) for p in procs]
             w0 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
             t0, s0, l0, i0 = time.monotonic(), stats.steps, len(stats.step_latencies_ms), pool.inline_frames
-            c0, th0, threads0 = time.process_time(), time.thread_time(), thread_cpu(me)
+            c0, th0, threads0 = time.process_time(), time.thread_time(), thread_cpu()
             uss = me.memory_full_info().uss
             with GcMeter() as gc_meter:
                 await asyncio.sleep(seconds)
             t1, s1, c1, th1 = time.monotonic(), stats.steps, time.process_time(), time.thread_time()
             inline = pool.inline_frames - i0
             threads = {name: round((cpu - threads0.get(name, 0.0)) / (t1 - t0), 3)
-                       for name, cpu in thread_cpu(me).items()}
+                       for name, cpu in thread_cpu().items()}
             w1 = sum(sum(w.cpu_times()[:2]) for w in workers_cpu)
             pyspy = await pyspy_window(min(seconds, 5.0), profile) if profile is not None else None
             lat = sorted(stats.step_latencies_ms[l0:]) or [0.0]

@@ -59,12 +59,12 @@ def own_cpu_s(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-def thread_cpu(proc: psutil.Process) -> dict[str, float]:
-    """CPU seconds per thread of this process (``proc``: this one), by the thread's name (Python's, or the OS's for
-    native threads such as ZeroMQ's)."""
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds per thread of this process, by the thread's name (Python's, or the OS's for native threads such
+    as ZeroMQ's)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     out: dict[str, float] = {}
-    for th in proc.threads():
+    for th in psutil.Process().threads():
         name = names.get(th.id)
         if name is None:
             with contextlib.suppress(OSError):

@@ -238,7 +238,7 @@ def engine_scale(d: dict[str, Any]) -> list[str]:
                    ((POLICY_NAMES.get(r["policy"], r["policy"]), num_text(r["concurrency"]), r["workers"],
                      num_text(r["steps_per_s"]), f"{num_text(r['engine_cpu_ms_per_step'])} ms",
                      f"{num_text(r['loop_cpu_ms_per_step'])} ms", pct(r["loop_busy"]),
-                     pct(r["engine_threads_cpu_busy"].get("frame-writer", 0.0)), _writer_ms_per_frame(r),
+                     pct(_writer_busy(r)), _writer_ms_per_frame(r),
                      f"{num_text(r['step_p50_ms'])} / {num_text(r['step_p95_ms'])} ms",
                      f"{num_text(r['uss_per_rollout_kib'])} KiB", _inline_share(r), r.get("errors", 0))
                     for r in rows))
@@ -255,10 +255,14 @@ def engine_scale(d: dict[str, Any]) -> list[str]:
     return lines + ([""] if profiles or gc_rows else [])
 
 
+def _writer_busy(row: dict[str, Any]) -> float:
+    """The share of a core the frame writer thread (``engine.frame_writer.THREAD_NAME``) used in a level."""
+    return float(row["engine_threads_cpu_busy"].get("frame-writer", 0.0))
+
+
 def _writer_ms_per_frame(row: dict[str, Any]) -> str:
     """The frame writer thread's CPU per screenshot written (one per step)."""
-    busy = row["engine_threads_cpu_busy"].get("frame-writer", 0.0)
-    return f"{busy * row['window_s'] * 1000 / max(1, row['steps']):.3f} ms"
+    return f"{_writer_busy(row) * row['window_s'] * 1000 / max(1, row['steps']):.3f} ms"
 
 
 def _inline_share(row: dict[str, Any]) -> str:

@@ -525,7 +525,6 @@ class EngineCore:
     async def _follow_pool(self) -> None:
         # The workers report their browsers' memory in their heartbeats (the pool keeps the peak): the run's
         # stats take the pool's figures once a second, with no reads of /proc here.
-        assert self.pool is not None
         while True:
             self._take_pool_figures()
             await asyncio.sleep(1.0)

@@ -327,8 +327,8 @@ class TelemetryPublisher:
             "lease_waiting": states["W"],
             "judge_pending": self.judge_pending() if self.judge_pending else 0,
         }
-        pss_total = self.pool.browser_pss if self.pool is not None else 0
-        peak_pss = max(stats.peak_browser_pss, self.pool.peak_browser_pss if self.pool is not None else 0, pss_total)
+        # The pool keeps the peak of the workers' reports (the run's stats copy it from there).
+        pss_total, peak_pss = (self.pool.browser_pss, self.pool.peak_browser_pss) if self.pool is not None else (0, 0)
         return {
             "states": dict(states), "ops": dict(ops), "total": total, "done": done, "steps": stats.steps,
             "outcomes": dict(stats.outcomes), "success_rate": round(stats.success_rate, 4),

@@ -66,6 +66,7 @@ class SimulatedRun:
             h = WorkerHandle(f"w{w}", ops=asyncio.Semaphore(16), opens=asyncio.Semaphore(4), alive=True)
             h.browser_pss = (900 + 37 * w) * 2**20  # as a worker's heartbeat would report it
             pool.workers[h.worker_id] = h
+        pool.peak_browser_pss = pool.browser_pss
         self.pool = pool
         self.pub.pool = pool  # type: ignore[assignment]
         self.pub.stats = self.stats

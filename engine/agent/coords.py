@@ -168,8 +168,7 @@ class Elements(Mapping[int, tuple[int, int]]):
     def _built(self) -> dict[int, tuple[int, int]]:
         if self._centres is None:
             # Reversed: an id listed twice names its first element, as the lookup by position finds it.
-            self._centres = {int(e[0]): (round(e[3] + e[5] / 2), round(e[4] + e[6] / 2))
-                             for e in reversed(self._elements)}
+            self._centres = {int(e[0]): _centre(e) for e in reversed(self._elements)}
         return self._centres
 
     def __getitem__(self, element_id: int) -> tuple[int, int]:
@@ -177,7 +176,7 @@ class Elements(Mapping[int, tuple[int, int]]):
         if self._centres is None and 0 < element_id <= len(self._elements):
             e = self._elements[element_id - 1]
             if e[0] == element_id:
-                return round(e[3] + e[5] / 2), round(e[4] + e[6] / 2)
+                return _centre(e)
         return self._built()[element_id]
 
     def __iter__(self) -> Iterator[int]:
@@ -185,6 +184,11 @@ class Elements(Mapping[int, tuple[int, int]]):
 
     def __len__(self) -> int:
         return len(self._elements)
+
+
+def _centre(element: Sequence[Any]) -> tuple[int, int]:
+    """The centre of an ``[id, tag, text, x, y, w, h]`` element's box."""
+    return round(element[3] + element[5] / 2), round(element[4] + element[6] / 2)
 
 
 def element_centres(elements: Sequence[Sequence[Any]] | None) -> Elements | None:
