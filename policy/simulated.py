@@ -6,9 +6,10 @@ It answers every chat with a valid, seeded random web-agent reply (in the "compl
 - prefill: ``prefill_ms + image_ms`` per image in the prompt;
 - output length: log-normal (median ``median_tokens``, shape ``sigma``; heavy right tail), capped at
   ``max_tokens``;
-- decode: ``token_ms`` per output token, growing with the number of requests decoding at the same
-  time as a batched server slows down: ``token_ms * (1 + in_flight / knee)``. The rate is re-read
-  every ``chunk`` tokens, so a request slows down when others join it.
+- decode: ``token_ms`` per output token, growing with the number of requests in flight as a batched server
+  slows down: ``token_ms * (1 + in_flight / knee)``. The requests share the server continuously
+  (:class:`SharedDecoding`): whenever one joins or leaves, every decoding request's pace changes at that instant,
+  as a continuously batching server decodes one token of every running sequence per forward pass.
 
 ``speed`` divides every duration (tests use a large value). Replies are drawn from a seeded RNG, so
 a run is reproducible up to scheduling order. With ``fixed_work`` the work itself no longer depends on the
@@ -61,7 +62,6 @@ class LatencyModel:
     knee: float = 64.0
     median_tokens: float = 90.0
     sigma: float = 0.6
-    chunk: int = 16
     speed: float = 1.0
 
     @classmethod
@@ -107,6 +107,72 @@ class LatencyModel:
         return self.token_ms * (1 + in_flight / self.knee) / 1000 / self.speed
 
 
+class SharedDecoding:
+    """The requests in flight on one simulated server, and each decoding request's tokens still to decode.
+
+    Bookkeeping only, on the clock its callers pass: between two events (a request joins, starts decoding or
+    leaves), every decoding request advances by ``elapsed / token_s(in_flight)`` tokens. So a request wakes only
+    when it is done, however often the pace changes (one timer for the whole server, see :class:`SimulatedModel`).
+    """
+
+    def __init__(self, latency: LatencyModel) -> None:
+        self.latency = latency
+        self._members: set[int] = set()
+        self._left: dict[int, float] = {}  # request -> tokens still to decode
+        self._clock = 0.0
+        self._next_id = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests prefilling or decoding."""
+        return len(self._members)
+
+    def _advance(self, now: float) -> None:
+        if now > self._clock:
+            if self._left:
+                tokens = (now - self._clock) / self.latency.token_s(len(self._members))
+                for request in self._left:
+                    self._left[request] -= tokens
+            self._clock = now
+
+    def join(self, now: float) -> int:
+        """A request arrives (its prefill slows the others too); returns its id."""
+        self._advance(now)
+        self._next_id += 1
+        self._members.add(self._next_id)
+        return self._next_id
+
+    def decode(self, now: float, request: int, tokens: int) -> None:
+        """``request`` (joined) starts decoding ``tokens`` tokens."""
+        self._advance(now)
+        self._left[request] = float(tokens)
+
+    def leave(self, now: float, request: int) -> bool:
+        """``request`` leaves early (cancelled); False if it had already finished."""
+        if request not in self._members:
+            return False
+        self._advance(now)
+        self._members.discard(request)
+        self._left.pop(request, None)
+        return True
+
+    def due(self) -> float | None:
+        """The clock time at which the next decoding request finishes at the current pace (None: none decodes)."""
+        if not self._left:
+            return None
+        return self._clock + min(self._left.values()) * self.latency.token_s(len(self._members))
+
+    def pop_finished(self, now: float, slack_s: float = 0.0) -> list[int]:
+        """The requests done by ``now`` (or within ``slack_s`` of it), which leave the server."""
+        self._advance(now)
+        slack = slack_s / self.latency.token_s(len(self._members)) + 1e-9  # and the rounding of the advances
+        done = [request for request, left in self._left.items() if left <= slack]
+        for request in done:
+            del self._left[request]
+            self._members.discard(request)
+        return done
+
+
 class SimulatedModel(LanguageModel):
     """Random valid replies at a served model's pace (a benchmark stand-in, named as such)."""
 
@@ -120,7 +186,14 @@ class SimulatedModel(LanguageModel):
         self.fixed_work = fixed_work
         self.seed = seed
         self._rng = random.Random(seed)
-        self.in_flight = 0
+        self._server = SharedDecoding(self.latency)
+        self._waiting: dict[int, asyncio.Future[None]] = {}  # decoding request -> its reply's wake-up
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being served (prefilling or decoding)."""
+        return self._server.in_flight
 
     def answer_step(self, episode_id: str) -> int:
         """With ``fixed_work``: the number of the step (1-based) at which ``episode_id`` answers, geometric with
@@ -184,16 +257,38 @@ class SimulatedModel(LanguageModel):
         text = self._reply(request, rng, answers)
         cap = request.sampling.max_tokens
         n_tokens = self._tokens(rng, cap) if answers is None else self.output_tokens(request.request_id, cap)
-        self.in_flight += 1
+        request_no = self._server.join(time.monotonic())
+        self._rearm()
         try:
             await asyncio.sleep(lm.prefill_s(len(image_refs(request.messages))))
-            done = 0
-            while done < n_tokens:
-                step = min(lm.chunk, n_tokens - done)
-                await asyncio.sleep(step * lm.token_s(self.in_flight))
-                done += step
+            done = asyncio.get_running_loop().create_future()
+            self._waiting[request_no] = done
+            self._server.decode(time.monotonic(), request_no, n_tokens)
+            self._rearm()
+            await done
         finally:
-            self.in_flight -= 1
+            self._waiting.pop(request_no, None)
+            if self._server.leave(time.monotonic(), request_no):
+                self._rearm()
         finish = "length" if n_tokens >= request.sampling.max_tokens else "stop"
         return Generation(text, finish_reason=finish,
                           timings_ms={"simulated_tokens": n_tokens, "total_ms": (time.monotonic() - t0) * 1000})
+
+    def _rearm(self) -> None:
+        """One timer for the server: at the next decoding request's finish, at the pace of now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        due = self._server.due()
+        if due is not None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._wake_finished)
+
+    def _wake_finished(self) -> None:
+        self._timer = None
+        # The event loop's timers may fire up to a millisecond early: count a request that close to done as done.
+        for request_no in self._server.pop_finished(time.monotonic(), slack_s=0.001):
+            done = self._waiting.pop(request_no)
+            if not done.done():
+                done.set_result(None)
+        self._rearm()

@@ -21,7 +21,7 @@ from bench.async_prediction import (
     predict,
 )
 from engine.model_api import ChatRequest
-from policy.simulated import LatencyModel, SimulatedModel
+from policy.simulated import LatencyModel, SharedDecoding, SimulatedModel
 
 FLAT = LatencyModel(prefill_ms=100.0, image_ms=0.0, token_ms=10.0, knee=1e12)  # decoding never slows down
 
@@ -45,6 +45,58 @@ def test_a_lockstep_round_waits_for_its_slowest_reply_and_decodes_faster_as_repl
     # Both decode 10 tokens at t(2) = 20 ms, then the longer one 20 more at t(1) = 15 ms.
     assert total == pytest.approx(0.1 + 10 * 0.020 + 20 * 0.015)
     assert rounds == 3
+
+
+def test_the_simulated_server_decodes_a_lockstep_round_as_the_prediction_prices_it() -> None:
+    lm = LatencyModel(prefill_ms=100.0, image_ms=0.0, token_ms=10.0, knee=2.0)
+    server = SharedDecoding(lm)
+    a, b = server.join(0.0), server.join(0.0)
+    server.decode(0.1, a, 10)
+    server.decode(0.1, b, 30)
+    assert server.due() == pytest.approx(0.1 + 10 * 0.020)
+    assert server.pop_finished(0.29) == []
+    assert server.pop_finished(0.3) == [a] and server.in_flight == 1
+    assert server.due() == pytest.approx(0.3 + 20 * 0.015)  # the one left decodes at t(1) from then on
+    assert server.pop_finished(0.6) == [b] and server.in_flight == 0 and server.due() is None
+    work = [EpisodeWork("a", (StepWork(1, 10, 0.0),), 0.0, 0.0), EpisodeWork("b", (StepWork(1, 30, 0.0),), 0.0, 0.0)]
+    assert lockstep_makespan(work, 2, lm)[0] == pytest.approx(0.6)
+
+
+def test_a_request_joining_slows_the_decoding_ones_until_it_leaves() -> None:
+    lm = LatencyModel(prefill_ms=0.0, image_ms=0.0, token_ms=10.0, knee=2.0)  # t(1) 15 ms, t(2) 20 ms
+    server = SharedDecoding(lm)
+    a = server.join(0.0)
+    server.decode(0.0, a, 100)
+    assert server.due() == pytest.approx(1.5)
+    b = server.join(0.15)  # 10 tokens done; its prefill slows a at once
+    assert server.due() == pytest.approx(0.15 + 90 * 0.020)
+    assert server.leave(0.35, b)  # cancelled: 10 more tokens at t(2), the other 80 at t(1) again
+    assert server.due() == pytest.approx(0.35 + 80 * 0.015)
+    assert server.pop_finished(1.55 - 0.0005, slack_s=0.001) == [a]  # a timer a little early still wakes it
+    assert not server.leave(1.6, a) and not server.leave(1.6, b)
+
+
+def test_the_simulated_model_wakes_each_reply_once_done_and_cleans_up_when_cancelled() -> None:
+    lm = LatencyModel(prefill_ms=1.0, image_ms=0.0, token_ms=0.5, knee=4.0, median_tokens=20.0)
+
+    async def scenario() -> None:
+        model = SimulatedModel(seed=1, latency=lm, fixed_work=True)
+        requests = [ChatRequest(f"e{i}#0/{i}", [], {}) for i in range(6)]
+        t0 = asyncio.get_running_loop().time()
+        gens = await asyncio.gather(*(model.generate(r) for r in requests))
+        elapsed = asyncio.get_running_loop().time() - t0
+        longest = max(g.timings_ms["simulated_tokens"] for g in gens)
+        assert elapsed >= lm.prefill_s(0) + longest * lm.token_s(1) - 0.002  # never earlier than the work allows
+        assert model.in_flight == 0 and model._timer is None and not model._waiting
+        stuck = asyncio.ensure_future(model.generate(ChatRequest("x#0/0", [], {})))
+        while not model._waiting:
+            await asyncio.sleep(0.001)
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        assert model.in_flight == 0 and model._timer is None and not model._waiting
+
+    asyncio.run(scenario())
 
 
 def test_one_rollout_has_no_barrier_to_lose() -> None:
