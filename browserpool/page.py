@@ -51,6 +51,10 @@ class ActionRefused(Exception):
     """The action cannot be carried out (bad URL scheme, unknown key, missing target)."""
 
 
+class TabClosed(Exception):
+    """The episode's tab closed under an operation (its page called ``window.close()``)."""
+
+
 class PageHung(Exception):
     """The page stopped answering (e.g. JavaScript in an endless loop)."""
 
@@ -195,6 +199,8 @@ class EpisodePage:
         self._stopped.set()
         self._nav_changed = asyncio.Event()
         self._loader_id: str | None = None  # loader of the main frame's committed document
+        self.closed = asyncio.Event()  # the tab closed (its page's own window.close(), or its context's end)
+        page.on("close", lambda _page: self._on_closed())
         cdp.on("Page.frameStartedLoading", self._on_started)
         cdp.on("Page.frameStoppedLoading", self._on_stopped)
         cdp.on("Page.frameNavigated", self._on_navigated)
@@ -226,6 +232,16 @@ class EpisodePage:
         return ep
 
     # --- CDP events --------------------------------------------------------------------------
+    def _on_closed(self) -> None:
+        self.closed.set()
+        # Whatever waits for the document wakes up, and finds the tab gone (TabClosed).
+        self._stopped.set()
+        self._nav_changed.set()
+
+    def _check_open(self) -> None:
+        if self.closed.is_set():
+            raise TabClosed(f"the page closed its tab ({self.url[:200]})")
+
     def _on_started(self, params: dict[str, Any]) -> None:
         if params.get("frameId") == self.main_frame:
             self._loading = True
@@ -482,6 +498,7 @@ class EpisodePage:
     async def _wait_for_document(self, loader_id: str | None) -> None:
         """Wait until the main frame has committed the navigation ``loader_id`` and stopped loading."""
         while loader_id and (self._loader_id != loader_id or self._loading):
+            self._check_open()
             self._nav_changed.clear()
             await self._nav_changed.wait()
 
@@ -509,6 +526,7 @@ class EpisodePage:
 
     async def _settle_until(self, deadline: float, quiet_ms: int) -> str:
         while True:
+            self._check_open()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
@@ -527,7 +545,11 @@ class EpisodePage:
             except TimeoutError:
                 return "timeout"
             except PlaywrightError:
-                continue  # the document went away mid-check: a navigation; check the new one
+                # The document went away mid-check (a navigation, or the tab closing): check the new one once the
+                # browser reports it, without spinning on a tab that no longer answers.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._nav_changed.wait(), min(remaining, 0.05))
+                continue
             value = res.get("result", {}).get("value")
             if not isinstance(value, list) or len(value) != 4:
                 continue

@@ -88,7 +88,8 @@ class PageEvent(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
 
     kinds: ``refused`` (a load the network policy or scheme check refused; ``detail`` names the rule),
     ``popup`` (a new tab or window: adopted as the episode's page or closed), ``download`` (refused),
-    ``filechooser`` (cancelled), ``dialog`` (dismissed), ``permission`` (denied).
+    ``filechooser`` (cancelled), ``dialog`` (dismissed), ``permission`` (denied), ``closed`` (the page closed its
+    own tab: reopened at its URL).
     """
 
     kind: str

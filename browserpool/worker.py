@@ -35,7 +35,7 @@ from browserpool.consent import CONSENT_MODES, consent_script
 from browserpool.instance import Instance
 from browserpool.memory import tree_pss_bytes
 from browserpool.netpolicy import ContextProxy, NetPolicy, bypass_list, engine_sites
-from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung
+from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung, TabClosed
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
 from browserpool.request_rules import RequestRules
 from browserpool.shm import SlotRing
@@ -278,17 +278,30 @@ class BrowserWorker:
         if ep is None:
             raise NoEpisode(req.episode_id)
         async with ep.busy:
-            if op == "act":
-                action = P.BrowserAction.from_wire(args["action"])
-                return await self._observe(ep, *await ep.page.perform(action), shot=bool(args.get("shot", True)))
-            if op == "observe":
-                som = args.get("som")  # None: the episode's mode
-                return await self._observe(ep, *await ep.page.settled(), None, som=None if som is None else bool(som),
-                                           fmt=_image_format(args.get("format")))
-            if op == "locate":
-                return await ep.page.locate(args["selector"])
-            if op == "evaluate":
-                return [await ep.page.evaluate(e) for e in args["exprs"]]
+            if ep.page.closed.is_set():  # the page closed its tab since the last operation
+                await self._reopen_tab(ep)
+            try:
+                return await self._episode_op(ep, op, args)
+            except (TabClosed, PlaywrightError):
+                if not await _closed(ep.page):
+                    raise
+            await self._reopen_tab(ep)
+            if op == "act":  # the action made the page close its tab (a "close" button): it was carried out
+                return await self._observe(ep, *await ep.page.settled(), None, shot=bool(args.get("shot", True)))
+            return await self._episode_op(ep, op, args)  # the others only read: again, on the new tab
+
+    async def _episode_op(self, ep: Episode, op: str, args: dict[str, Any]) -> Any:
+        if op == "act":
+            action = P.BrowserAction.from_wire(args["action"])
+            return await self._observe(ep, *await ep.page.perform(action), shot=bool(args.get("shot", True)))
+        if op == "observe":
+            som = args.get("som")  # None: the episode's mode
+            return await self._observe(ep, *await ep.page.settled(), None, som=None if som is None else bool(som),
+                                       fmt=_image_format(args.get("format")))
+        if op == "locate":
+            return await ep.page.locate(args["selector"])
+        if op == "evaluate":
+            return [await ep.page.evaluate(e) for e in args["exprs"]]
         raise ActionRefused(f"unknown op {op!r}")
 
     async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
@@ -299,14 +312,11 @@ class BrowserWorker:
         slot = self.idle.pop() if self.idle else await self._new_context()
         slot.uses += 1
         if slot.page is None:
-            slot.creating_page = True
             try:
-                slot.page = await EpisodePage.create(slot.context, self.cfg, slot.events, self.netpolicy)
+                await self._new_tab(slot)
             except Exception:
                 await self._drop_context(slot)
                 raise
-            finally:
-                slot.creating_page = False
         slot.events.clear()  # a previous episode's late events are not this one's
         slot.popups = 0
         ep = Episode(slot, som=som, probe_js=probe_js)
@@ -337,6 +347,25 @@ class BrowserWorker:
                 settle, setup_timings = await ep.page.run_setup(setup_js)
                 timings.update(setup_timings)
             return await self._observe(ep, settle, timings, point, shot=shot, retry_after=retry_after)
+
+    async def _new_tab(self, slot: ContextSlot) -> None:
+        """Open the context's episode tab (the worker's own page: not taken for a popup)."""
+        slot.creating_page = True
+        try:
+            slot.page = await EpisodePage.create(slot.context, self.cfg, slot.events, self.netpolicy)
+        finally:
+            slot.creating_page = False
+
+    async def _reopen_tab(self, ep: Episode) -> None:
+        """The page closed its own tab (``window.close()``, which a tab with one history entry may call): the
+        episode goes on in a new tab of its context at the URL it had, as a browser restores a closed tab, and
+        the next observation reports a ``closed`` event."""
+        url = ep.page.url
+        ep.slot.events.add("closed", url, "the page closed its tab: reopened at its URL")
+        await self._new_tab(ep.slot)
+        if url.lower().startswith(("http://", "https://")):
+            await ep.page.perform(P.BrowserAction("navigate", url=url), self.cfg.open_timeout_s)
+            await ep.page.forget_history()
 
     async def _answer_consent(self, ep: Episode, url: str, timings: dict[str, float]) -> None:
         """Click the configured button of a known consent manager's wall, if the start page shows one (recorded as a
@@ -678,6 +707,21 @@ def client_keys(cfg: WorkerConfig) -> ClientKeys | None:
 # Net errors that another try cannot fix: a certificate, a download, a load the page itself aborted.
 _FINAL_LOAD_ERRORS = ("net::ERR_CERT", "net::ERR_SSL", "net::ERR_ABORTED", "net::ERR_BLOCKED",
                       "net::ERR_INVALID_URL", "net::ERR_UNSAFE")
+
+
+async def _closed(page: EpisodePage) -> bool:
+    """Whether ``page``'s tab is closed. An operation the closing cut short can fail before Playwright reports the
+    close: a tab that does not answer is given a moment to."""
+    if page.page.is_closed():
+        return True
+    try:
+        await asyncio.wait_for(page.cdp.send("Runtime.evaluate", {"expression": "0"}), 2.0)
+        return False
+    except (TimeoutError, PlaywrightError):
+        pass
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(page.closed.wait(), 2.0)
+    return page.page.is_closed()
 
 
 def _worth_retrying(page: EpisodePage) -> bool:

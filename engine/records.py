@@ -84,7 +84,7 @@ class ActionRecord(TypedDict, total=False):
 
 class PageEvent(TypedDict):
     """Something the page did besides the action (:class:`browserpool.protocol.PageEvent`): ``kind`` one of
-    refused, popup, download, filechooser, dialog, permission."""
+    refused, popup, download, filechooser, dialog, permission, closed."""
 
     kind: str
     url: str

@@ -1,4 +1,5 @@
-"""Popups, new tabs, downloads, file choosers, dialogs and permission prompts (real Chromium, pages on loopback).
+"""Popups, new tabs, downloads, file choosers, dialogs, permission prompts and a page closing its own tab (real
+Chromium, pages on loopback).
 
 Every page a context opens besides the episode's tab is closed (or, when the agent's own action opened it,
 becomes the episode's page: the tab goes to its URL); nothing of an episode (its pages, the storage of every
@@ -212,3 +213,28 @@ async def test_permission_prompts_are_denied_at_once(inproc: tuple[BrowserWorker
         assert await js(s, "Notification.requestPermission()", "Notification.permission") == ["denied", "denied"]
         geo = ("new Promise(r => navigator.geolocation.getCurrentPosition(() => r('granted'), e => r(e.code)))")
         assert await js(s, geo) == [1]  # PERMISSION_DENIED
+
+
+async def test_a_page_that_closes_its_tab_is_reopened_at_its_url(inproc: tuple[BrowserWorker, BrowserPool],
+                                                                 fixture_url: Callable[[str], str]) -> None:
+    # A tab with one history entry may close itself; the episode carries on in a new tab, and says so.
+    worker, pool = inproc
+    url = fixture_url("page_close.html")
+    async with open_session(pool, url) as (s, _o, _f):
+        slot = slot_of(worker, s)
+        first_tab = slot.page
+        t0 = time.monotonic()
+        obs = await act(s, BrowserAction("click", selector="#go"))
+        assert time.monotonic() - t0 < 5  # no wait for a settle that a closed tab never gives
+        assert PageEvent("closed", url, "the page closed its tab: reopened at its URL") in (obs.events or [])
+        assert obs.url == url and obs.frame is not None
+        assert slot.page is not first_tab and not slot.page.closed.is_set()
+        assert await js(s, "window.loads", "history.length") == [1, 1]  # a new tab: its session storage is new
+        # Closed between two operations (a timer): the next one finds the tab reopened.
+        await js(s, "setTimeout(() => window.close(), 0), 1")
+        assert await until(lambda: slot.page is not None and slot.page.closed.is_set())
+        obs = await act(s, BrowserAction("scroll", direction="down"))
+        assert [e.kind for e in obs.events or []] == ["closed"] and obs.url == url
+    assert len(slot.context.pages) <= 1  # nothing of the episode is left open
+    async with open_session(pool, fixture_url("click.html")) as (s, obs, _f):  # the worker carries on
+        assert obs.title
