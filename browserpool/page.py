@@ -26,7 +26,10 @@ from browserpool.protocol import BrowserAction, PageEvent
 
 # The main document's HTTP status (Navigation Timing), null when it has none.
 _STATUS_EXPR = "((performance.getEntriesByType('navigation')[0] || {}).responseStatus || null)"
-_LOCATION_EXPR = f"[location.href, document.title, {_STATUS_EXPR}]"
+# Longest title a page reports: a page may set one of any length, every settle reads it, and a reply must stay under
+# the message cap (the engine keeps 512 characters by default: RunConfig.page_limits).
+TITLE_CHARS = 4096
+_LOCATION_EXPR = f"[location.href, document.title.slice(0, {TITLE_CHARS}), {_STATUS_EXPR}]"
 
 
 def _settle_expr(quiet_ms: int, cap_ms: int) -> str:

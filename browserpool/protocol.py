@@ -14,6 +14,7 @@ Bump ``PROTOCOL_VERSION`` whenever a field changes; a Hello of another version i
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar
 
 import msgspec
@@ -262,8 +263,26 @@ _observation = msgspec.msgpack.Decoder(Observation)
 
 
 def encode(msg: Message) -> bytes:
-    """Serialise a message to bytes."""
-    return _encoder.encode(msg)
+    """Serialise a message to bytes. A page's text may hold a lone UTF-16 surrogate (a JavaScript string can;
+    UTF-8 cannot): such a message is sent with U+FFFD in its place, the rest unchanged."""
+    try:
+        return _encoder.encode(msg)
+    except UnicodeEncodeError:
+        return _encoder.encode(_scrub(msgspec.to_builtins(msg, builtin_types=(bytes, bytearray, memoryview))))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` (plain data) with every lone surrogate replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
 
 
 def decode(data: bytes | memoryview) -> Message:
@@ -315,4 +334,5 @@ ERR_REFUSED = "refused"  # the operation was refused (bad scheme, unknown op)
 ERR_HUNG = "hung"  # the page stopped responding; its context was discarded
 ERR_NO_EPISODE = "no_episode"  # the episode has no page on this worker
 ERR_BROWSER = "browser"  # the browser crashed or disconnected
+ERR_TOO_LARGE = "too_large"  # the reply would exceed MAX_MESSAGE_BYTES (a page's huge value): not sent
 ERR_INTERNAL = "internal"

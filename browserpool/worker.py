@@ -263,8 +263,19 @@ class BrowserWorker:
                 reply = P.Reply(req.req_id, False, None, f"{type(exc).__name__}: {exc}", P.ERR_INTERNAL)
         finally:
             self.inflight -= 1
+        data = P.encode(reply)
+        if len(data) > P.MAX_MESSAGE_BYTES:
+            data = P.encode(self._too_large(reply, len(data)))
         with contextlib.suppress(zmq.ZMQError):
-            await self._send(reply)
+            await self._sock.send(data, copy=False)
+
+    def _too_large(self, reply: P.Reply, size: int) -> P.Reply:
+        """The error sent instead of a reply over the engine's message cap (which the engine's socket would drop,
+        leaving the request unanswered): a page's value too large to send. Its screenshot's slot is freed."""
+        if isinstance(reply.body, P.Observation) and reply.body.frame is not None and self.ring is not None:
+            self.ring.release(reply.body.frame.slot, reply.body.frame.generation)
+        return P.Reply(reply.req_id, False, None, f"the reply ({size:,} bytes) is over the {P.MAX_MESSAGE_BYTES:,}"
+                       "-byte cap of a message: a value of the page too large to send", P.ERR_TOO_LARGE)
 
     async def _dispatch(self, req: P.Request) -> Any:
         op, args = req.op, req.args

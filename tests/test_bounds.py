@@ -20,7 +20,9 @@ import pytest
 import pytest_asyncio
 
 from browserpool.config import WorkerConfig
-from browserpool.pool import BrowserPool
+from browserpool.page import TITLE_CHARS
+from browserpool.pool import BrowserOpError, BrowserPool
+from browserpool.protocol import ERR_TOO_LARGE
 from browserpool.worker import BrowserWorker
 from engine.agent.prompts import AgentConfig
 from engine.bounds import ELLIPSIS, PageLimits
@@ -199,6 +201,30 @@ async def test_huge_titles_and_element_lists_are_capped_in_records_and_prompts(
     # 5,000 elements alone would be over 1 MB a step.
     assert per_step < 150_000, per_step
     assert "title" in rec["final"]["truncated"]  # the last observation was capped as well
+
+
+async def test_a_page_value_too_large_or_not_utf8_gets_an_answer_and_the_worker_carries_on(
+        inproc, fixture_url: Callable[[str], str]) -> None:
+    # Unsent, a reply over the message cap, or one that cannot be encoded, would leave the request to time out.
+    worker, pool = inproc
+    assert worker.ring is not None
+    free = worker.ring.free_slots
+    async with open_session(pool, fixture_url("huge_values.html")) as (session, obs, _frame):
+        assert len(obs.title) == TITLE_CHARS and obs.title.startswith("\ufffdTTT")
+        t0 = time.monotonic()
+        with pytest.raises(BrowserOpError) as err:
+            await session.evaluate(["window.huge()"])
+        assert err.value.kind == ERR_TOO_LARGE and time.monotonic() - t0 < 10
+        assert await session.evaluate(["document.title.length"]) == [10_000_001]  # the same episode goes on
+    session = await pool.lease("huge-probe")
+    try:
+        with pytest.raises(BrowserOpError) as err:  # an observation too large: its screenshot's slot is freed
+            await session.open(fixture_url("huge_values.html"), probe_js="window.huge()")
+        assert err.value.kind == ERR_TOO_LARGE
+    finally:
+        await session.close()
+    assert worker.ring.free_slots == free
+    assert_released(worker, pool)
 
 
 # --- renderer memory ----------------------------------------------------------------------------------------------
