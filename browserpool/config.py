@@ -53,6 +53,11 @@ class WorkerConfig:
     open_retries: int = 2
     open_backoff_s: float = 1.0
     screenshot_timeout_s: float = 10.0
+    # A Set-of-Marks pass lists (and draws) at most som_max_elements elements, and stops after som_budget_ms: on a
+    # page of tens of thousands of targets it would otherwise run past the screenshot's timeout (hit tests cost
+    # more the more elements a page has). The observation's note says when a pass was cut.
+    som_max_elements: int = 1000
+    som_budget_ms: int = 2000
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")

@@ -408,23 +408,25 @@ class EpisodePage:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])
 
-    async def som(self) -> tuple[float, list[list[Any]]]:
-        """Set-of-Marks pass: the viewport's CSS width and the visible interactive elements, numbered
-        1..N in document order, each ``[id, tag, text, x, y, w, h]`` (viewport CSS px, ints).
+    async def som(self, max_elements: int, budget_ms: int) -> tuple[float, list[list[Any]], str | None]:
+        """Set-of-Marks pass: the viewport's CSS width, the visible interactive elements (at most ``max_elements``,
+        found within ``budget_ms``), numbered 1..N in document order, each ``[id, tag, text, x, y, w, h]``
+        (viewport CSS px, ints), and what cut the list short (``count``, ``time``; None: nothing did).
 
         Raises PageHung when the page does not answer within screenshot_timeout_s, PlaywrightError when
         the document went away meanwhile (a navigation)."""
         try:
             res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
-                "expression": f"({SOM_FN})({SOM_TEXT_CHARS})", "returnByValue": True}),
-                self.cfg.screenshot_timeout_s)
+                "expression": f"({SOM_FN})({json.dumps([SOM_TEXT_CHARS, max_elements, budget_ms])})",
+                "returnByValue": True}), self.cfg.screenshot_timeout_s)
         except TimeoutError as exc:
             raise PageHung(f"the element pass did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         value = res.get("result", {}).get("value")
-        if "exceptionDetails" in res or not isinstance(value, list):
-            return float(self.cfg.viewport_width), []
-        css_width, _css_height, found = value
-        return float(css_width or self.cfg.viewport_width), [[i, *e] for i, e in enumerate(found, 1)]
+        if "exceptionDetails" in res or not isinstance(value, list) or len(value) != 4:
+            return float(self.cfg.viewport_width), [], None
+        css_width, _css_height, found, cut = value
+        return (float(css_width or self.cfg.viewport_width), [[i, *e] for i, e in enumerate(found, 1)],
+                cut if cut in ("count", "time") else None)
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where the first visible element matching ``selector`` is (viewport CSS px)."""

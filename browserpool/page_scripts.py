@@ -148,12 +148,15 @@ _DEEP_HIT = r"""
 
 # Set-of-Marks: the visible interactive elements of the page, in document order (shadow roots and
 # same-origin iframes in the place of their host), as [tag, text, x, y, w, h] in top-level viewport CSS
-# px, clipped to the viewport; plus the viewport's CSS size. One querySelectorAll per document/shadow
-# root and getBoundingClientRect / checkVisibility / elementFromPoint per candidate only: layout is
-# computed once, nothing writes to the DOM.
+# px, clipped to the viewport; plus the viewport's CSS size, and why the pass stopped early ('count': maxCount
+# elements found, 'time': budgetMs spent; null: it did not). One querySelectorAll per document/shadow root and
+# getBoundingClientRect / checkVisibility / elementFromPoint per candidate only: layout is computed once, nothing
+# writes to the DOM.
 SOM_FN = r"""
-(maxText) => {
+([maxText, maxCount, budgetMs]) => {
   const deepHit = __DEEP_HIT__;
+  const t0 = performance.now();
+  let cut = null;
   const vw = innerWidth, vh = innerHeight, maxArea = 0.9 * vw * vh;
   const TAGS = new Set(['BUTTON', 'SELECT', 'TEXTAREA', 'SUMMARY']);
   const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'menuitem', 'tab', 'switch', 'option',
@@ -256,9 +259,13 @@ SOM_FN = r"""
 
   const visit = (root, ox, oy, clip) => {
     const all = root.querySelectorAll('*');
-    for (let i = 0; i < all.length; i++) {
+    for (let i = 0; i < all.length && !cut; i++) {
+      if ((i & 15) === 0 && performance.now() - t0 > budgetMs) { cut = 'time'; break; }
       const el = all[i];
-      if (interactive(el)) consider(el, ox, oy, clip);
+      if (interactive(el)) {
+        if (out.length >= maxCount) { cut = 'count'; break; }
+        consider(el, ox, oy, clip);
+      }
       if (el.shadowRoot) visit(el.shadowRoot, ox, oy, clip);
       if (el.tagName === 'IFRAME' || el.tagName === 'FRAME') {
         let doc = null;
@@ -278,7 +285,7 @@ SOM_FN = r"""
   };
 
   visit(document, 0, 0, [0, 0, vw, vh]);
-  return [vw, vh, out];
+  return [vw, vh, out, cut];
 }
 """.replace("__DEEP_HIT__", _DEEP_HIT.strip())
 

@@ -417,8 +417,10 @@ class BrowserWorker:
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
-            captured, marks = await asyncio.gather(_timed(page.screenshot(fmt)), _timed(page.som()),
-                                                   return_exceptions=True)
+            cfg = self.cfg
+            captured, marks = await asyncio.gather(
+                _timed(page.screenshot(fmt)), _timed(page.som(cfg.som_max_elements, cfg.som_budget_ms)),
+                return_exceptions=True)
             if isinstance(captured, BaseException):
                 raise captured
             image, timings["screenshot_ms"] = captured
@@ -430,7 +432,11 @@ class BrowserWorker:
             elif isinstance(marks, BaseException):
                 raise marks
             else:
-                (css_width, elements), timings["som_ms"] = marks
+                (css_width, elements, cut), timings["som_ms"] = marks
+                if cut is not None:
+                    why = "its cap" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
+                    note = _join_notes(note, f"Set-of-Marks: {len(elements)} elements listed, the pass stopped at "
+                                             f"{why}; the page may have more")
             t0 = time.perf_counter()
             if elements:
                 image = await asyncio.get_running_loop().run_in_executor(
@@ -733,6 +739,10 @@ async def _closed(page: EpisodePage) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(page.closed.wait(), 2.0)
     return page.page.is_closed()
+
+
+def _join_notes(first: str | None, second: str) -> str:
+    return second if first is None else f"{first}; {second}"
 
 
 def _worth_retrying(page: EpisodePage) -> bool:

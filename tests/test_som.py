@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction, Observation
 from browserpool.worker import _draw_marks
 from engine import _imgcodec as imgcodec
+from tests.conftest import inproc_pool
 
 W, H = 1280, 768
 _ids = itertools.count(1)
@@ -190,6 +192,26 @@ async def test_frame_shows_the_marks(som_page) -> None:
         marked = imgcodec.decode(jpeg)
         assert near(marked[100, 950], imgcodec.PALETTE[3])
         assert {"som_ms", "draw_ms"} <= set(obs.timings_ms)
+
+
+async def test_a_pass_over_a_crowded_page_stops_at_its_caps(tmp_path: Any, fixture_url: Callable[[str], str]
+                                                            ) -> None:
+    # Hit tests cost more the more elements a page has: uncapped, a page of tens of thousands of targets would keep
+    # the pass (and the screenshot waiting on the same renderer) past its timeout.
+    url = fixture_url("som_crowd.html")
+    cfg = WorkerConfig(endpoint="", worker_id="som-caps", som_max_elements=50)
+    async with inproc_pool(f"ipc://{tmp_path}/pool.sock", cfg) as (worker, pool):
+        async with som_session(pool, url) as (_s, obs, _jpeg):
+            assert [e[0] for e in obs.elements or []] == list(range(1, 51))
+            assert [e[2] for e in (obs.elements or [])[:3]] == ["l1", "l2", "l3"]  # the first ones, in order
+            assert obs.note == "Set-of-Marks: 50 elements listed, the pass stopped at its cap; the page may have more"
+        worker.cfg.som_budget_ms = 0  # out of time at once
+        async with som_session(pool, url) as (_s, obs, _jpeg):
+            assert obs.elements == [] and obs.note is not None
+            assert obs.note.startswith("Set-of-Marks: 0 elements listed, the pass stopped at its time budget of 0 ms")
+        worker.cfg.som_max_elements, worker.cfg.som_budget_ms = 400, 10_000
+        async with som_session(pool, url) as (_s, obs, _jpeg):
+            assert len(obs.elements or []) == 400 and obs.note is None
 
 
 def test_marks_are_drawn_in_screenshot_pixels() -> None:
