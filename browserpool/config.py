@@ -31,6 +31,11 @@ CHROMIUM_FLAGS = [
 ]
 
 
+# The default caps of a Set-of-Marks pass (WorkerConfig.som_max_elements, som_budget_ms).
+SOM_MAX_ELEMENTS = 1000
+SOM_BUDGET_MS = 2000
+
+
 @dataclass(slots=True)
 class WorkerConfig:
     """Everything one worker needs; the pool fills it and hands it over on the command line."""
@@ -56,8 +61,8 @@ class WorkerConfig:
     # A Set-of-Marks pass lists (and draws) at most som_max_elements elements, and stops after som_budget_ms: on a
     # page of tens of thousands of targets it would otherwise run past the screenshot's timeout (hit tests cost
     # more the more elements a page has). The observation's note says when a pass was cut.
-    som_max_elements: int = 1000
-    som_budget_ms: int = 2000
+    som_max_elements: int = SOM_MAX_ELEMENTS
+    som_budget_ms: int = SOM_BUDGET_MS
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")

@@ -21,7 +21,7 @@ from playwright.async_api import Error as PlaywrightError
 from browserpool.config import WorkerConfig
 from browserpool.keys import KeyDef, key_for_char, parse_combo
 from browserpool.netpolicy import NetPolicy
-from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, SOM_FN
+from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, som_expression
 from browserpool.protocol import BrowserAction, PageEvent
 
 # The main document's HTTP status (Navigation Timing), null when it has none.
@@ -203,7 +203,6 @@ class EpisodePage:
         self._nav_changed = asyncio.Event()
         self._loader_id: str | None = None  # loader of the main frame's committed document
         self.closed = asyncio.Event()  # the tab closed (its page's own window.close(), or its context's end)
-        page.on("close", lambda _page: self._on_closed())
         cdp.on("Page.frameStartedLoading", self._on_started)
         cdp.on("Page.frameStoppedLoading", self._on_stopped)
         cdp.on("Page.frameNavigated", self._on_navigated)
@@ -222,6 +221,7 @@ class EpisodePage:
         await cdp.send("Page.enable")
         tree = await cdp.send("Page.getFrameTree")
         ep = cls(page, cdp, cfg, tree["frameTree"]["frame"]["id"], events, policy)
+        page.on("close", lambda _page: ep._on_closed())
         info = await cdp.send("Target.getTargetInfo")
         context_id = info["targetInfo"].get("browserContextId")
         # Sent together (one round trip): a chooser is cancelled as it opens; the permissions are denied for
@@ -417,7 +417,7 @@ class EpisodePage:
         the document went away meanwhile (a navigation)."""
         try:
             res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
-                "expression": f"({SOM_FN})({json.dumps([SOM_TEXT_CHARS, max_elements, budget_ms])})",
+                "expression": som_expression(SOM_TEXT_CHARS, max_elements, budget_ms),
                 "returnByValue": True}), self.cfg.screenshot_timeout_s)
         except TimeoutError as exc:
             raise PageHung(f"the element pass did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc

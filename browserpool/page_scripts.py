@@ -289,6 +289,13 @@ SOM_FN = r"""
 }
 """.replace("__DEEP_HIT__", _DEEP_HIT.strip())
 
+
+def som_expression(max_text: int, max_count: int, budget_ms: int) -> str:
+    """A Set-of-Marks pass as an expression: SOM_FN with its caps (element names of ``max_text`` characters, at
+    most ``max_count`` elements, ``budget_ms`` of the page's time)."""
+    return f"({SOM_FN})([{int(max_text)}, {int(max_count)}, {int(budget_ms)}])"
+
+
 # Choose an option of the <select> at a viewport point (through iframes and shadow roots) by its label or
 # value (case-insensitive, whitespace-trimmed), then fire input and change as a user's choice would.
 SELECT_FN = r"""

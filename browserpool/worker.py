@@ -146,8 +146,11 @@ class BrowserWorker:
                 executable_path=cfg.chromium_path, args=cfg.chromium_flags, headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
             self._chromium_pid = _newest_chromium()
+            self.browser_pss = await asyncio.to_thread(self._browser_pss)
             await self._send(P.Hello(cfg.worker_id, os.getpid(), socket.gethostname(), self._chromium_pid,
                                      self.browser.version, self.ring.name, cfg.slot_count, cfg.slot_size))
+            # The first heartbeat goes before any reply: even a run of one short episode has the memory figure.
+            await self._send(self._heartbeat_message())
             beat = asyncio.create_task(self._heartbeat())
             await self._serve()
             beat.cancel()
@@ -179,9 +182,9 @@ class BrowserWorker:
         watch = asyncio.create_task(self._watch_browser_memory())
         try:
             while True:
+                await asyncio.sleep(self.cfg.heartbeat_s)
                 await self._send(self._heartbeat_message())
                 self._maybe_recycle()  # a draining worker that went idle without a close (a discarded page)
-                await asyncio.sleep(self.cfg.heartbeat_s)
         finally:
             watch.cancel()
 
@@ -612,7 +615,11 @@ class BrowserWorker:
         worker drains: it says so in its heartbeat (the pool leases it no new episodes) and recycles the browser as
         soon as no episode is live."""
         cap = self.cfg.browser_memory_mib << 20
+        cost = 0.0  # the first reading was taken at start, before the worker said hello
         while True:
+            # Reading PSS costs a few ms of kernel time per process: with many renderers the interval stretches
+            # so that the watch stays under ~2% of one core.
+            await asyncio.sleep(max(self.cfg.memory_check_s, 50 * cost))
             cost = 0.0
             if not self.draining and self.browser is not None:
                 t0 = time.perf_counter()
@@ -620,9 +627,6 @@ class BrowserWorker:
                 cost = time.perf_counter() - t0
                 if cap and pss > cap and not self.draining:
                     await self._start_draining(pss)
-            # Reading PSS costs a few ms of kernel time per process: with many renderers the interval stretches
-            # so that the watch stays under ~2% of one core.
-            await asyncio.sleep(max(self.cfg.memory_check_s, 50 * cost))
 
     async def _start_draining(self, pss: int) -> None:
         """The browser is over its memory cap: take no new episodes, say so now, recycle it once idle."""

@@ -16,8 +16,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from browserpool.config import SOM_BUDGET_MS, SOM_MAX_ELEMENTS
 from browserpool.keys import MODIFIER_BITS, canonical_key_name
-from browserpool.page_scripts import SOM_FN
+from browserpool.page_scripts import som_expression
 from browserpool.protocol import BrowserAction
 from server.leases import Lease, LeaseError
 from server.page_info import PAGE_METADATA_JS, interactive_regions, page_text_js, screenshot_info
@@ -260,8 +261,8 @@ async def get_webpage_text(lease: Lease, a: PageText) -> dict[str, Any]:
 
 
 async def get_interactive_rects(lease: Lease, _a: NoArgs) -> dict[str, Any]:
-    value = await _evaluate(lease, f"({SOM_FN})(80)")
-    found = value[2] if isinstance(value, list) and len(value) == 3 and isinstance(value[2], list) else []
+    value = await _evaluate(lease, som_expression(80, SOM_MAX_ELEMENTS, SOM_BUDGET_MS))
+    found = value[2] if isinstance(value, list) and len(value) == 4 and isinstance(value[2], list) else []
     lease.elements = [[i, *e] for i, e in enumerate(found, 1)]
     return interactive_regions(lease.elements)
 
