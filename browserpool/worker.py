@@ -378,7 +378,8 @@ class BrowserWorker:
         ep.slot.events.add("closed", url, "the page closed its tab: reopened at its URL")
         await self._new_tab(ep.slot)
         if url.lower().startswith(("http://", "https://")):
-            await ep.page.perform(P.BrowserAction("navigate", url=url), self.cfg.open_timeout_s)
+            # Within an action's own cap, not an open's: this is part of the request under way.
+            await ep.page.perform(P.BrowserAction("navigate", url=url))
             await ep.page.forget_history()
 
     async def _answer_consent(self, ep: Episode, url: str, timings: dict[str, float]) -> None:

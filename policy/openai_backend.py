@@ -80,8 +80,9 @@ class OpenAIModel(LanguageModel):
     ``max_in_flight`` caps concurrent HTTP requests (and sizes the connection pool); ``timeout_s`` is the
     total time allowed for one attempt; ``retries`` the extra attempts after the first on a transient
     failure, waiting ``backoff_s * 2**k`` (capped at ``backoff_max_s``, with jitter) between them.
-    ``extra_body`` is merged into every payload last (it may override any field). See the module
-    docstring for ``image_transport``, ``run_dir`` and ``token_ids``.
+    ``extra_body`` is merged into every payload last (it may override any field). ``max_reply_bytes`` caps one
+    reply's body (a reply is a few kB, tens with logprobs): a server that sends more fails the call rather than
+    the engine's memory. See the module docstring for ``image_transport``, ``run_dir`` and ``token_ids``.
     """
 
     name = "openai"
@@ -90,7 +91,7 @@ class OpenAIModel(LanguageModel):
                  timeout_s: float = 120.0, retries: int = 4, backoff_s: float = 0.5, backoff_max_s: float = 8.0,
                  image_transport: ImageTransport = "data_url", run_dir: str | Path | None = None,
                  extra_body: Mapping[str, Any] | None = None, token_ids: bool = False,
-                 logprobs_of: str | None = None) -> None:
+                 logprobs_of: str | None = None, max_reply_bytes: int = 64 << 20) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
         if retries < 0:
@@ -114,6 +115,7 @@ class OpenAIModel(LanguageModel):
         self.extra_body = dict(extra_body or {})
         self.token_ids = token_ids
         self.logprobs_of = logprobs_of
+        self.max_reply_bytes = max_reply_bytes
         self.version: int | None = None  # the served weights' version, as set by release()
         self._open = asyncio.Event()  # cleared by hold(): no request is sent during a weight push
         self._open.set()
@@ -269,7 +271,7 @@ class OpenAIModel(LanguageModel):
             raise PolicyError(f"request {request_id}: OpenAIModel closed")
         try:
             async with session.post(self.url, data=body) as resp:
-                raw = await resp.read()
+                raw = await self._read_body(resp, request_id)
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")
         except TimeoutError:
@@ -290,6 +292,21 @@ class OpenAIModel(LanguageModel):
         if status >= 500:
             raise _Retryable(f"HTTP {status}: {message}")
         raise PolicyError(f"request {request_id}: {self.url} answered HTTP {status}: {message}")
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, request_id: str) -> bytes:
+        """The reply's body, refused (PolicyError, no retry: the server would send the same) past
+        ``max_reply_bytes``, before it is all read."""
+        cap = self.max_reply_bytes
+        if resp.content_length is not None and resp.content_length > cap:
+            raise PolicyError(f"request {request_id}: {self.url} sent a reply of {resp.content_length:,} bytes, over "
+                              f"the {cap:,}-byte cap (max_reply_bytes)")
+        body = bytearray()
+        async for chunk in resp.content.iter_any():
+            body += chunk
+            if len(body) > cap:
+                raise PolicyError(f"request {request_id}: {self.url} sent a reply of over {cap:,} bytes, the cap "
+                                  "(max_reply_bytes)")
+        return bytes(body)
 
     def _backoff(self, attempt: int, retry_after_s: float | None) -> float:
         """Seconds to wait before attempt ``attempt + 1``."""

@@ -321,6 +321,43 @@ async def test_malformed_json_reply() -> None:
         await runner.cleanup()
 
 
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+async def test_a_reply_over_the_size_cap_fails_the_call_without_being_read_whole(declared: bool) -> None:
+    from aiohttp import web
+
+    sent: list[int] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if declared:
+            resp.content_length = 64 << 20
+        else:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):  # 64 MiB, unless the client stops reading
+                await resp.write(b" " * (1 << 20))
+                sent.append(1)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    model = OpenAIModel(f"http://127.0.0.1:{port}/v1", "m", backoff_s=0.01, max_reply_bytes=1 << 20)
+    await model.start()
+    try:
+        with pytest.raises(PolicyError, match="over the 1,048,576-byte cap|over 1,048,576 bytes"):
+            await model.generate(chat_request())
+        assert len(sent) < 64  # the client stopped reading: the rest was never taken in
+    finally:
+        await model.close()
+        await runner.cleanup()
+
+
 async def test_generate_before_start_and_after_close(server: ChatTestServer) -> None:
     model = client(server)
     with pytest.raises(PolicyError, match="before start"):
