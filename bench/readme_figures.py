@@ -371,9 +371,35 @@ def suite_goals(store: Store) -> list[str]:
         ("suite", "figure", "value", "goal", "met"), rows))]
 
 
+def async_levels(store: Store) -> list[str]:
+    """The async suite's levels as one table: both modes' makespans, rates and CPU, the measured and predicted
+    ratios and their gap."""
+    data = need(store, "async")
+    levels = sorted(int(m["n"]) for m, _ in _matching(data, r"c(?P<n>\d+)\.ratio"))
+
+    def med(n: int, key: str, unit: str = "") -> str:
+        return num_text(figure(data, f"c{n}.{key}")["median"]) + unit
+
+    def ratio(n: int, key: str) -> str:
+        f = figure(data, f"c{n}.{key}")
+        return f"{num_text(f['median'])}x [{num_text(f['min'])}-{num_text(f['max'])}]"
+
+    rows = [(n, med(n, "async.makespan_s", " s"), med(n, "sync.makespan_s", " s"), med(n, "async.episodes_per_min"),
+             med(n, "sync.episodes_per_min"), med(n, "async.steps_per_s"), med(n, "sync.steps_per_s"),
+             f"{med(n, 'async.machine_cpu_busy', '%')} / {med(n, 'sync.machine_cpu_busy', '%')}",
+             ratio(n, "ratio"), ratio(n, "predicted_ratio"), f"{figure(data, f'c{n}.gap_pct')['median']:+.1f}%")
+            for n in levels]
+    header = ("rollouts", "async makespan", "sync makespan", "async episodes/min", "sync episodes/min",
+              "async steps/s", "sync steps/s", "CPU busy async / sync", "measured ratio", "predicted", "gap")
+    return [*(keep(line) for line in table(header, rows)), "",
+            f"Medians of {data['repeats']} repeats (each repeat draws other episode lengths and replies: that is most "
+            "of the spread); code " + (data.get("machine", {}).get("git_revision") or "of an unknown revision") + "."]
+
+
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "at-a-glance": at_a_glance,
     "suite-goals": suite_goals,
+    "async-levels": async_levels,
     "env-api": env_api,
     "rl-loop": rl_loop,
     "request-rules": request_rules,

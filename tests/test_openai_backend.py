@@ -13,7 +13,7 @@ import contextlib
 import email.utils
 import io
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -298,11 +298,11 @@ def test_backoff_and_retry_after() -> None:
     assert 3.0 <= (_parse_retry_after(in_5s) or 0.0) <= 5.0
 
 
-async def test_malformed_json_reply() -> None:
+@contextlib.asynccontextmanager
+async def one_handler_server(handler: Callable[[Any], Awaitable[Any]], **model_kw: Any
+                             ) -> AsyncIterator[OpenAIModel]:
+    """A started OpenAIModel against a server whose ``/v1/chat/completions`` is ``handler`` (aiohttp)."""
     from aiohttp import web
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(text="{not json", content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
@@ -311,14 +311,24 @@ async def test_malformed_json_reply() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    model = OpenAIModel(f"http://127.0.0.1:{port}/v1", "m", backoff_s=0.01)
+    model = OpenAIModel(f"http://127.0.0.1:{port}/v1", "m", backoff_s=0.01, **model_kw)
     await model.start()
     try:
-        with pytest.raises(PolicyError, match="malformed JSON"):
-            await model.generate(chat_request())
+        yield model
     finally:
         await model.close()
         await runner.cleanup()
+
+
+async def test_malformed_json_reply() -> None:
+    from aiohttp import web
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="{not json", content_type="application/json")
+
+    async with one_handler_server(handler) as model:
+        with pytest.raises(PolicyError, match="malformed JSON"):
+            await model.generate(chat_request())
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
@@ -340,22 +350,10 @@ async def test_a_reply_over_the_size_cap_fails_the_call_without_being_read_whole
                 sent.append(1)
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    model = OpenAIModel(f"http://127.0.0.1:{port}/v1", "m", backoff_s=0.01, max_reply_bytes=1 << 20)
-    await model.start()
-    try:
+    async with one_handler_server(handler, max_reply_bytes=1 << 20) as model:
         with pytest.raises(PolicyError, match="over the 1,048,576-byte cap|over 1,048,576 bytes"):
             await model.generate(chat_request())
-        assert len(sent) < 64  # the client stopped reading: the rest was never taken in
-    finally:
-        await model.close()
-        await runner.cleanup()
+    assert len(sent) < 64  # the client stopped reading: the rest was never taken in
 
 
 async def test_generate_before_start_and_after_close(server: ChatTestServer) -> None:

@@ -158,6 +158,18 @@ def test_observation_wire_round_trip_through_a_reply(obs: P.Observation) -> None
     assert type(back.frame_bytes) is type(obs.frame_bytes)
 
 
+def test_a_page_text_with_a_lone_surrogate_travels_as_a_replacement_character() -> None:
+    # JavaScript strings may hold lone UTF-16 surrogates (a page's title, an element's name, a probe's value);
+    # UTF-8 cannot, so the message is sent with U+FFFD in their place and otherwise unchanged.
+    obs = msgspec.structs.replace(OBS_INLINE, title="a\ud800b", probe={"k\udc00": ["\udbff", 1.5, None]},
+                                  events=[P.PageEvent("dialog", "x", "m\ud800")])
+    back = P.decode_observation(P.decode_from_worker(P.encode(P.Reply(7, True, obs))).body)
+    assert back == msgspec.structs.replace(obs, title="a\ufffdb", probe={"k\ufffd": ["\ufffd", 1.5, None]},
+                                           events=[P.PageEvent("dialog", "x", "m\ufffd")])
+    assert back.frame_bytes == OBS_INLINE.frame_bytes  # bytes stay bytes
+    assert P.decode(P.encode(P.Reply(8, True, ["\udfff"]))) == P.Reply(8, True, ["\ufffd"])
+
+
 def test_observation_wire_layout() -> None:
     w = _wire(OBS_SHM)
     assert len(w) == len(P.Observation.__struct_fields__)

@@ -12,7 +12,7 @@ import pytest
 from bench.publish import load_store, main, publish, replace_blocks, stale_pages
 from bench.readme_figures import render_block, wrap
 from bench.render import FigureError, benchmarks_page
-from bench.suite import SuiteResult, write_suite
+from bench.suite import SuiteResult, num_text, write_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,3 +121,18 @@ def test_the_suite_goals_block_is_one_table_with_every_goal_and_long_rows_stay_w
     assert "overhead: code" in " ".join(block.split())
     with pytest.raises(FigureError, match="no suite figure with a goal"):
         render_block("suite-goals", {"soak": SOAK})
+
+
+def test_the_async_levels_block_has_a_row_per_level_from_the_stored_figures() -> None:
+    store = load_store(ROOT / "docs" / "benchmarks")
+    data = store["async"]
+    block = render_block("async-levels", store)
+    rows = [line for line in block.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    levels = sorted({int(k.split(".")[0][1:]) for k in data["figures"] if k.endswith(".ratio")})
+    assert [int(r.split(" | ")[0][2:]) for r in rows] == levels and levels
+    n = levels[0]
+    ratio = data["figures"][f"c{n}.ratio"]
+    assert f"{num_text(ratio['median'])}x [{num_text(ratio['min'])}-{num_text(ratio['max'])}]" in rows[0]
+    assert f"Medians of {data['repeats']} repeats" in block
+    with pytest.raises(FigureError):
+        render_block("async-levels", {"soak": SOAK})
