@@ -6,7 +6,8 @@ Layout::
     RUN_DIR/episodes.jsonl         exactly one record per episode, appended atomically
     RUN_DIR/judgements.jsonl       judge verdicts, appended as they come (the latest per episode counts)
     RUN_DIR/frames/<episode>/NNN.jpg   the worker's JPEG bytes, never re-encoded (written off the event loop;
-                                       an episode's record is appended once its files are there)
+                                       an episode's record is appended once its files are there;
+                                       <episode>: frames_name)
 
 A record is one ``write`` of one line on a file opened with O_APPEND, so it is either there whole or
 not at all; a torn last line (the process killed inside the write) is cut off when the run resumes.
@@ -22,6 +23,7 @@ rollout never waits for the judge; its verdict lands in ``judgements.jsonl`` lat
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -47,6 +49,18 @@ from engine.redact import mask_text, redact_tree
 from engine.runlock import lock_run_dir
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_PLAIN_EPISODE = re.compile(r"[A-Za-z0-9._-]{1,100}#\d{1,9}")
+
+
+def frames_name(episode_id: str) -> str:
+    """The directory of an episode's screenshots under ``frames/``. A plain id (``TASK#N``, the task id made of
+    letters, digits and ``._-``, at most 100 of them) gives ``TASK_N``. Any other id gives a safe prefix and a hash
+    of the whole id: ids that differ only in other characters (``a/b`` and ``a_b``) must not share a directory, and
+    a file name has at most 255 bytes."""
+    if _PLAIN_EPISODE.fullmatch(episode_id):
+        return episode_id.replace("#", "_")
+    digest = hashlib.sha256(episode_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{_SAFE.sub('_', episode_id)[:64]}-{digest}"
 
 
 def episode_key(task_id: str, sample: int) -> str:
@@ -103,11 +117,11 @@ class RunStore:
         os.replace(tmp, path)
 
     def frame_path(self, episode_id: str, index: int) -> Path:
-        return self.frames_dir / _SAFE.sub("_", episode_id) / f"{index:03d}.jpg"
+        return self.frames_dir / frames_name(episode_id) / f"{index:03d}.jpg"
 
     def _frame_rel(self, episode_id: str, index: int) -> str:
         # Plain strings, not Path objects: this runs once per step in the engine process.
-        return f"frames/{_SAFE.sub('_', episode_id)}/{index:03d}.jpg"
+        return f"frames/{frames_name(episode_id)}/{index:03d}.jpg"
 
     def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
         """Store one screenshot as given, now; returns its path relative to the run directory."""
@@ -166,7 +180,11 @@ class RunStore:
         """Remove ``frames/<episode>/`` of every episode without a record (an attempt a killed or interrupted run
         left behind), so that the episode's rerun starts from an empty directory; returns the names removed.
         ``records``: the run's records (:func:`read_records`). Only for the run directory's writer."""
-        keep = {_SAFE.sub("_", r["episode_id"]) for r in records if isinstance(r.get("episode_id"), str)}
+        keep = {frames_name(r["episode_id"]) for r in records if isinstance(r.get("episode_id"), str)}
+        # And wherever the records' screenshots are: a run directory written before an episode's directory was named
+        # as it is now.
+        keep.update(path.split("/")[1] for r in records for step in r.get("steps") or ()
+                    if isinstance(path := step.get("screenshot"), str) and path.count("/") == 2)
         removed = []
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.frames_dir):

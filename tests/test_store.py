@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import frame_writer
-from engine.store import RunStore, finished_keys, read_records
+from engine.store import RunStore, episode_key, finished_keys, frames_name, read_records
 
 
 def record(task_id: str, sample: int = 0, **extra: object) -> dict:
@@ -50,6 +50,22 @@ def test_frames_are_written_byte_for_byte(tmp_path: Path) -> None:
     rel2 = store.write_frame("shop-001#0", 1, jpeg[:10])
     assert rel == "frames/shop-001_0/000.jpg" and rel2.endswith("001.jpg")
     assert (tmp_path / rel).read_bytes() == jpeg
+
+
+def test_every_episode_has_its_own_frames_directory_whatever_its_task_id(tmp_path: Path) -> None:
+    ids = [episode_key(t, 0) for t in ("shop-001", "a/b", "a_b", "x" * 300, "y" * 300, "caf\u00e9 \u2615", "a_b_0")]
+    names = [frames_name(e) for e in ids]
+    assert names[0] == "shop-001_0"  # a plain id keeps the name it always had
+    assert len(set(names)) == len(names)  # no two episodes share a directory
+    assert all(len(n.encode()) <= 100 and "/" not in n and n not in (".", "..") for n in names)
+    store = RunStore(tmp_path)
+    try:
+        for i, e in enumerate(ids):
+            rel = store.write_frame(e, 0, b"\xff\xd8" + bytes([i]))
+            assert rel == f"frames/{frames_name(e)}/000.jpg"
+        assert [(tmp_path / f"frames/{n}/000.jpg").read_bytes()[-1] for n in names] == list(range(len(ids)))
+    finally:
+        store.close()
 
 
 async def test_queued_frames_have_landed_when_the_barrier_returns(tmp_path: Path) -> None:
