@@ -241,6 +241,20 @@ class EpisodePage:
         self._stopped.set()
         self._nav_changed.set()
 
+    async def tab_closed(self) -> bool:
+        """Whether the tab is closed, asked after an operation failed: the closing can fail an operation before
+        Playwright reports it, so a tab that does not answer is given a moment to."""
+        if self.closed.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {"expression": "0"}), 2.0)
+            return False
+        except (TimeoutError, PlaywrightError):
+            pass
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.closed.wait(), 2.0)
+        return self.closed.is_set()
+
     def _check_open(self) -> None:
         if self.closed.is_set():
             raise TabClosed(f"the page closed its tab ({self.url[:200]})")

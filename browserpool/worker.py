@@ -297,7 +297,7 @@ class BrowserWorker:
             try:
                 return await self._episode_op(ep, op, args)
             except (TabClosed, PlaywrightError):
-                if not await _closed(ep.page):
+                if not await ep.page.tab_closed():
                     raise
             await self._reopen_tab(ep)
             if op == "act":  # the action made the page close its tab (a "close" button): it was carried out
@@ -439,8 +439,9 @@ class BrowserWorker:
                 (css_width, elements, cut), timings["som_ms"] = marks
                 if cut is not None:
                     why = "its cap" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
-                    note = _join_notes(note, f"Set-of-Marks: {len(elements)} elements listed, the pass stopped at "
-                                             f"{why}; the page may have more")
+                    cut_note = (f"Set-of-Marks: {len(elements)} elements listed, the pass stopped at {why}; the page "
+                                "may have more")
+                    note = cut_note if note is None else f"{note}; {cut_note}"
             t0 = time.perf_counter()
             if elements:
                 image = await asyncio.get_running_loop().run_in_executor(
@@ -729,25 +730,6 @@ def client_keys(cfg: WorkerConfig) -> ClientKeys | None:
 # Net errors that another try cannot fix: a certificate, a download, a load the page itself aborted.
 _FINAL_LOAD_ERRORS = ("net::ERR_CERT", "net::ERR_SSL", "net::ERR_ABORTED", "net::ERR_BLOCKED",
                       "net::ERR_INVALID_URL", "net::ERR_UNSAFE")
-
-
-async def _closed(page: EpisodePage) -> bool:
-    """Whether ``page``'s tab is closed. An operation the closing cut short can fail before Playwright reports the
-    close: a tab that does not answer is given a moment to."""
-    if page.page.is_closed():
-        return True
-    try:
-        await asyncio.wait_for(page.cdp.send("Runtime.evaluate", {"expression": "0"}), 2.0)
-        return False
-    except (TimeoutError, PlaywrightError):
-        pass
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(page.closed.wait(), 2.0)
-    return page.page.is_closed()
-
-
-def _join_notes(first: str | None, second: str) -> str:
-    return second if first is None else f"{first}; {second}"
 
 
 def _worth_retrying(page: EpisodePage) -> bool:

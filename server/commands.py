@@ -18,6 +18,7 @@ import msgspec
 
 from browserpool.config import SOM_BUDGET_MS, SOM_MAX_ELEMENTS
 from browserpool.keys import MODIFIER_BITS, canonical_key_name
+from browserpool.page import SOM_TEXT_CHARS
 from browserpool.page_scripts import som_expression
 from browserpool.protocol import BrowserAction
 from server.leases import Lease, LeaseError
@@ -261,7 +262,7 @@ async def get_webpage_text(lease: Lease, a: PageText) -> dict[str, Any]:
 
 
 async def get_interactive_rects(lease: Lease, _a: NoArgs) -> dict[str, Any]:
-    value = await _evaluate(lease, som_expression(80, SOM_MAX_ELEMENTS, SOM_BUDGET_MS))
+    value = await _evaluate(lease, som_expression(SOM_TEXT_CHARS, SOM_MAX_ELEMENTS, SOM_BUDGET_MS))
     found = value[2] if isinstance(value, list) and len(value) == 4 and isinstance(value[2], list) else []
     lease.elements = [[i, *e] for i, e in enumerate(found, 1)]
     return interactive_regions(lease.elements)

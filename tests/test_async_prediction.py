@@ -76,7 +76,7 @@ def test_a_request_joining_slows_the_decoding_ones_until_it_leaves() -> None:
     assert not server.leave(1.6, a) and not server.leave(1.6, b)
 
 
-def test_the_simulated_model_wakes_each_reply_once_done_and_cleans_up_when_cancelled() -> None:
+def test_simulated_replies_take_their_work_and_leave_nothing_behind_done_or_cancelled() -> None:
     lm = LatencyModel(prefill_ms=1.0, image_ms=0.0, token_ms=0.5, knee=4.0, median_tokens=20.0)
 
     async def scenario() -> None:
