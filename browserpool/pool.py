@@ -162,11 +162,14 @@ class BrowserSession:
         return self.handle.worker_id
 
     async def open(self, url: str, som: bool = False, setup_js: str | None = None,
-                   probe_js: str | None = None, shot: bool = True) -> tuple[P.Observation, Frame]:
+                   probe_js: str | None = None, shot: bool = True, som_elements: int = 0
+                   ) -> tuple[P.Observation, Frame]:
         """Open a page for the episode at ``url``; returns the first observation.
 
         ``som``: Set-of-Marks mode for the whole episode: every observation lists the visible interactive
-        elements (``Observation.elements``) and its frame shows them as numbered boxes.
+        elements (``Observation.elements``) and its frame shows them as numbered boxes. ``som_elements``: list
+        (and draw) at most this many (0: the worker's own cap, ``WorkerConfig.som_max_elements``), so that the
+        frame shows no box whose id the caller drops from the list.
         ``setup_js``: a script the worker runs once after the first load (a returned promise is awaited);
         the page then settles again before the first screenshot. A script that throws fails the open
         (BrowserOpError, kind ``refused``). Used to start a page's own episode (MiniWoB's task generator).
@@ -179,6 +182,8 @@ class BrowserSession:
         # Each only when set: a plain open's request is unchanged.
         if som:
             args["som"] = True
+            if som_elements:
+                args["som_elements"] = som_elements
         if setup_js is not None:
             args["setup_js"] = setup_js
         if probe_js is not None:

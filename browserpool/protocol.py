@@ -21,7 +21,8 @@ import msgspec
 
 # 2: typed structs (msgspec), Observation.events, Heartbeat.draining and browser_pid, Welcome.net.
 # 3: Heartbeat.browser_pss.
-PROTOCOL_VERSION = 3
+# 4: Observation.elements_cut (and an open's som_elements argument, which an older worker would ignore).
+PROTOCOL_VERSION = 4
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
@@ -136,6 +137,9 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     load_error: str | None = None
     # A rate-limited start page's Retry-After header, as sent (capped): asked only of an open answered with 429.
     retry_after: str | None = None
+    # Why the Set-of-Marks pass stopped before the page's last element: "count" (at its cap: the open's
+    # som_elements or the worker's own) or "time" (its time budget); None when it listed them all.
+    elements_cut: str | None = None
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -200,7 +204,8 @@ class Heartbeat(Message, tag="heartbeat"):
 class Request(Message, tag="req"):
     """Engine -> worker: one operation on one episode's page.
 
-    ops: open (url; som: Set-of-Marks mode, setup_js, probe_js: each sent only when set), act (action; shot:
+    ops: open (url; som: Set-of-Marks mode, som_elements: the most elements it lists and draws, setup_js,
+    probe_js: each sent only when set), act (action; shot:
     False for no screenshot), observe (som, format: a screenshot without an action), locate (selector),
     evaluate (exprs), close.
     ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with; every

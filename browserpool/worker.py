@@ -74,6 +74,7 @@ class Episode:
     slot: ContextSlot
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
+    som_elements: int = 0  # the engine's cap on listed (and so drawn) elements; 0: the worker's own cap only
     probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
     last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
 
@@ -284,7 +285,8 @@ class BrowserWorker:
         op, args = req.op, req.args
         if op == "open":
             return await self._open(req.episode_id, args["url"], bool(args.get("som", False)),
-                                    args.get("setup_js"), args.get("probe_js"), bool(args.get("shot", True)))
+                                    args.get("setup_js"), args.get("probe_js"), bool(args.get("shot", True)),
+                                    _count(args.get("som_elements")))
         if op == "close":
             await self._close(req.episode_id)
             return None
@@ -319,7 +321,7 @@ class BrowserWorker:
         raise ActionRefused(f"unknown op {op!r}")
 
     async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
-                    probe_js: str | None = None, shot: bool = True) -> P.Observation:
+                    probe_js: str | None = None, shot: bool = True, som_elements: int = 0) -> P.Observation:
         await self._browser_ready.wait()  # a browser recycle in progress: open on the new browser
         if episode_id in self.episodes:
             await self._close(episode_id)
@@ -333,7 +335,7 @@ class BrowserWorker:
                 raise
         slot.events.clear()  # a previous episode's late events are not this one's
         slot.popups = 0
-        ep = Episode(slot, som=som, probe_js=probe_js)
+        ep = Episode(slot, som=som, som_elements=som_elements, probe_js=probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
@@ -403,6 +405,7 @@ class BrowserWorker:
         a rate-limited start page's Retry-After header (opens only)."""
         page = ep.page
         elements: list[list[Any]] | None = None
+        cut: str | None = None  # why the Set-of-Marks pass stopped early
         note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
         som = ep.som if som is None else som
         probe: Any = None
@@ -422,8 +425,10 @@ class BrowserWorker:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
             cfg = self.cfg
+            # The engine lists at most som_elements of them: boxes past those would show ids the model cannot use.
+            most = min(cfg.som_max_elements, ep.som_elements) if ep.som_elements else cfg.som_max_elements
             captured, marks = await asyncio.gather(
-                _timed(page.screenshot(fmt)), _timed(page.som(cfg.som_max_elements, cfg.som_budget_ms)),
+                _timed(page.screenshot(fmt)), _timed(page.som(most, cfg.som_budget_ms)),
                 return_exceptions=True)
             if isinstance(captured, BaseException):
                 raise captured
@@ -438,7 +443,7 @@ class BrowserWorker:
             else:
                 (css_width, elements, cut), timings["som_ms"] = marks
                 if cut is not None:
-                    why = "its cap" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
+                    why = f"its cap of {most}" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
                     cut_note = (f"Set-of-Marks: {len(elements)} elements listed, the pass stopped at {why}; the page "
                                 "may have more")
                     note = cut_note if note is None else f"{note}; {cut_note}"
@@ -464,7 +469,7 @@ class BrowserWorker:
         obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
                             self.cfg.viewport_height, ref, None if ref else image, timings, point, note, elements,
                             probe, change, ep.slot.events.take(), page.status, page.load_error,
-                            retry_after)
+                            retry_after, cut)
         return obs  # a Reply's body: msgspec encodes the struct as an array
 
     async def _new_context(self) -> ContextSlot:
@@ -769,6 +774,15 @@ def _changed_fraction(before: bytes, after: bytes) -> float | None:
         return max(imgcodec.frame_diff(before, after)[0], MIN_CHANGE)
     except imgcodec.ImgCodecError:
         return None
+
+
+def _count(value: Any) -> int:
+    """A request's count argument: a non-negative int (0 when absent); anything else is refused."""
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise ActionRefused(f"a count must be a non-negative integer, not {str(value)[:20]!r}")
+    return value
 
 
 def _image_format(value: Any) -> str:

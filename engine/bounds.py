@@ -121,7 +121,8 @@ def bound_observation(obs: Any, limits: PageLimits = DEFAULT_LIMITS) -> list[str
 
     Works on any object with ``url``, ``title``, ``note``, ``elements``, ``probe`` and ``events`` attributes
     (the protocol's Observation; ``events`` hold ``url`` and ``detail``, masked and capped like the URL and
-    the note). A value of the wrong type is replaced by an empty one (and flagged)."""
+    the note; ``elements_cut``, when present, flags ``elements`` as the worker's own cut). A value of the wrong
+    type is replaced by an empty one (and flagged)."""
     cut: set[str] = set()
     # Masked before it is cut: a cut through a secret could leave a part that no longer looks like one.
     url = mask_url(obs.url) if isinstance(obs.url, str) else ""
@@ -145,6 +146,8 @@ def bound_observation(obs: Any, limits: PageLimits = DEFAULT_LIMITS) -> list[str
             obs.elements = _cap_elements(obs.elements, limits, cut)
         else:
             obs.elements = []
+            cut.add("elements")
+        if getattr(obs, "elements_cut", None):  # the worker's pass stopped early (at the open's cap, or its own)
             cut.add("elements")
     if obs.probe is not None:
         probe, probe_cut = cap_value(obs.probe, limits)

@@ -283,7 +283,9 @@ class Rollout:
         self.page_state: dict[str, Any] | None = None  # the probe's last readable result
         await self._before_action(self.task.website, self.timings)
         t = time.monotonic()
-        obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som, **page_args)
+        # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
+        obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som,
+                                             som_elements=self.ctx.settings.page_limits.elements, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame, self._bound(obs))

@@ -183,6 +183,8 @@ async def test_huge_titles_and_element_lists_are_capped_in_records_and_prompts(
     assert len(step["title"]) == limits.title_chars and step["title"].endswith(ELLIPSIS)
     assert len(step["url"]) == limits.url_chars and step["url"].startswith(fixture_url("huge_texts.html?q=xxx"))
     assert len(step["elements"]) == limits.elements
+    # The worker listed (and drew) only as many as the engine keeps: no box on the frame without its line.
+    assert "the pass stopped at its cap of 300;" in (step["note"] or ""), step["note"]
     assert [e[0] for e in step["elements"]] == list(range(1, limits.elements + 1))  # the first ones, in order
     assert all(len(e[2]) <= limits.element_text_chars for e in step["elements"])
     # The prompt was built from the same capped observation: one line per kept element, short names.

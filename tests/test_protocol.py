@@ -24,7 +24,7 @@ OBS_SOM = P.Observation(
     width=1280, height=768, frame=P.FrameRef(0, 1, 999), frame_bytes=None,
     timings_ms={"settle_ms": 40.0, "som_ms": 1.2, "screenshot_ms": 20.0, "draw_ms": 5.1}, point=None, note=None,
     elements=[[1, "button", "first", 100, 100, 200, 60], [2, "a", "Caf\u00e9 \u2026", 0, 0, 1280, 1],
-              [3, "input", "", 10, 20, 30, 40]])
+              [3, "input", "", 10, 20, 30, 40]], elements_cut="count")
 OBS_PROBE = P.Observation(
     url="http://127.0.0.1:8000/miniwob/miniwob/click-button.html", title="Click Button Task", settled=True,
     settle="quiet", width=1280, height=768, frame=P.FrameRef(1, 2, 3), frame_bytes=None, timings_ms={},
@@ -179,6 +179,7 @@ def test_observation_wire_layout() -> None:
     assert _wire(OBS_INLINE)[7] == OBS_INLINE.frame_bytes
     assert w[11] is None  # elements: None outside Set-of-Marks mode
     assert _wire(OBS_SOM)[11] == OBS_SOM.elements
+    assert _wire(OBS_SOM)[-1] == "count" and w[-1] is None  # elements_cut: why a Set-of-Marks pass stopped early
     assert w[12] is None  # probe: None when the episode has no probe expression
     assert _wire(OBS_PROBE)[12] == OBS_PROBE.probe
     assert _wire(OBS_EVENTS)[14] == [["refused", "http://169.254.169.254/", "link-local"], ["popup", "x", "closed"]]
@@ -196,7 +197,7 @@ def test_observation_without_the_probe_field_still_reads() -> None:
     """An observation from before ``probe`` (12 fields) reads as one without a probe result."""
     old = _wire(OBS_SOM)[:12]
     back = P.decode_observation(P.decode_from_worker(P.encode(P.Reply(1, True, old))).body)
-    assert back == OBS_SOM
+    assert back == msgspec.structs.replace(OBS_SOM, elements_cut=None)
     assert back.probe is None
 
 

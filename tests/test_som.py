@@ -35,12 +35,12 @@ _EXPECTED_JS = """Array.from(document.querySelectorAll('[id^="i-"]'), (e) => {
 
 
 @contextlib.asynccontextmanager
-async def som_session(pool: BrowserPool, url: str, som: bool = True
+async def som_session(pool: BrowserPool, url: str, som: bool = True, som_elements: int = 0
                       ) -> AsyncIterator[tuple[BrowserSession, Observation, bytes]]:
     """Open ``url`` (in SoM mode unless ``som`` is False); yields (session, first observation, its JPEG)."""
     session = await pool.lease(f"som-ep-{next(_ids)}")
     try:
-        obs, frame = await session.open(url, som=som)
+        obs, frame = await session.open(url, som=som, som_elements=som_elements)
         with frame:
             jpeg = bytes(frame.view)
         yield session, obs, jpeg
@@ -204,14 +204,43 @@ async def test_a_pass_over_a_crowded_page_stops_at_its_caps(tmp_path: Any, fixtu
         async with som_session(pool, url) as (_s, obs, _jpeg):
             assert [e[0] for e in obs.elements or []] == list(range(1, 51))
             assert [e[2] for e in (obs.elements or [])[:3]] == ["l1", "l2", "l3"]  # the first ones, in order
-            assert obs.note == "Set-of-Marks: 50 elements listed, the pass stopped at its cap; the page may have more"
+            assert obs.note == ("Set-of-Marks: 50 elements listed, the pass stopped at its cap of 50; the page may "
+                                "have more")
+            assert obs.elements_cut == "count"
+        # The caller's cap (the engine's page_limits.elements), lower than the worker's: the boxes drawn are the
+        # ones listed, so the frame shows no id that the prompt leaves out.
+        async with som_session(pool, url, som=False) as (_s, _obs, plain_jpeg):
+            pass
+        async with som_session(pool, url, som_elements=7) as (session, obs, jpeg):
+            assert [e[0] for e in obs.elements or []] == list(range(1, 8))
+            assert obs.note is not None and "stopped at its cap of 7;" in obs.note
+            later, frame = await session.observe()  # every later observation of the episode keeps the cap
+            frame.release()
+            assert len(later.elements or []) == 7
+        plain, marked = (imgcodec.decode(j).astype(int) for j in (plain_jpeg, jpeg))
+        _id, _tag, _text, x, y, w, _h = (obs.elements or [])[-1]
+        top_edge = np.abs(marked[y, :] - plain[y, :]).sum(axis=1)  # per pixel of the row of the first links' tops
+        assert top_edge[x + 2:x + w - 2].min() > 60  # link 7: its box drawn
+        assert top_edge[x + w + 2:x + 2 * w - 2].max() < 60  # link 8, the next one in the row: no box
+        async with som_session(pool, url, som_elements=500) as (_s, obs, _jpeg):  # the worker's own cap still holds
+            assert len(obs.elements or []) == 50
         worker.cfg.som_budget_ms = 0  # out of time at once
         async with som_session(pool, url) as (_s, obs, _jpeg):
             assert obs.elements == [] and obs.note is not None
             assert obs.note.startswith("Set-of-Marks: 0 elements listed, the pass stopped at its time budget of 0 ms")
+            assert obs.elements_cut == "time"
         worker.cfg.som_max_elements, worker.cfg.som_budget_ms = 400, 10_000
         async with som_session(pool, url) as (_s, obs, _jpeg):
-            assert len(obs.elements or []) == 400 and obs.note is None
+            assert len(obs.elements or []) == 400 and obs.note is None and obs.elements_cut is None
+
+
+async def test_an_open_with_a_malformed_element_cap_is_refused(pool: BrowserPool,
+                                                               fixture_url: Callable[[str], str]) -> None:
+    for bad in (-1, "300", 2.5, True):
+        with pytest.raises(BrowserOpError) as err:
+            async with som_session(pool, fixture_url("som_collect.html"), som_elements=bad):  # type: ignore[arg-type]
+                pass
+        assert err.value.kind == "refused" and "non-negative integer" in str(err.value)
 
 
 def test_marks_are_drawn_in_screenshot_pixels() -> None:
