@@ -43,6 +43,8 @@ from browserpool.upstream import env_names
 
 MAX_FAILED_STARTS = 3
 MAX_SILENT = 256  # workers dropped for silence whose connection is remembered (they may speak again)
+MAX_ABANDONED = 4096  # abandoned requests remembered per worker (WorkerHandle.abandoned)
+_OBSERVING_OPS = frozenset({"open", "act", "observe"})  # the ops whose reply may hold a screenshot slot
 
 
 class PoolError(RuntimeError):
@@ -139,6 +141,9 @@ class WorkerHandle:
     timeouts: int = 0  # missed request deadlines in a row
     episodes: set[str] = field(default_factory=set)
     futures: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    # Requests for an observation that timed out or were cancelled before their reply (insertion order; at most
+    # MAX_ABANDONED): their late reply's screenshot slot is given back.
+    abandoned: dict[int, None] = field(default_factory=dict)
     pending_release: list[list[int]] = field(default_factory=list)
     last_seen: float = 0.0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -431,6 +436,8 @@ class BrowserPool:
             finally:
                 timer.cancel()
                 h.futures.pop(req_id, None)
+                if op in _OBSERVING_OPS and not (fut.done() and not fut.cancelled() and fut.exception() is None):
+                    _abandon(h, req_id)
         h.timeouts = 0
         if reply.ok:
             return reply.body
@@ -637,8 +644,10 @@ class BrowserPool:
                 return
             h.last_seen = time.monotonic()
             fut = h.futures.get(msg.req_id)
-            if fut is not None and not fut.done():  # else: a late answer to a request that timed out
+            if fut is not None and not fut.done():
                 fut.set_result(msg)
+            elif h.abandoned.pop(msg.req_id, 0) is None:  # a late answer to a request that timed out or was cancelled
+                _release_late_frame(h, msg)
         elif isinstance(msg, P.Heartbeat):
             if h is None or msg.worker_id != h.wire_id:
                 self.offence(h, "a heartbeat that names another worker", identity, _user_key(frames[1]))
@@ -693,6 +702,7 @@ class BrowserPool:
         h.wire_id, h.hello, h.identity, h.pid, h.public_key = old.wire_id, old.hello, identity, old.pid, key
         h.reader, h.shm_name, h.slot_count = self._map_ring(h, old.hello), old.hello.shm_name, old.hello.slot_count
         h.pending_release, old.pending_release = old.pending_release, []  # slots of its ring released since
+        h.abandoned = old.abandoned  # its late replies to requests failed while it was silent give their slots back
         h.last_seen = time.monotonic()
         self._by_identity[identity] = h  # not alive (leased nothing) until the closes below are on their way
         self._spawn_task(self._close_orphans(h, orphans))
@@ -755,6 +765,27 @@ class BrowserPool:
     def _emit(self, kind: str, message: str) -> None:
         if self.on_event:
             self.on_event(kind, message)
+
+
+def _abandon(h: WorkerHandle, req_id: int) -> None:
+    """Note a request for an observation that will get no one's attention when its reply comes."""
+    h.abandoned[req_id] = None
+    if len(h.abandoned) > MAX_ABANDONED:  # replies that never came (a worker cut off): forget the oldest
+        del h.abandoned[next(iter(h.abandoned))]
+
+
+def _release_late_frame(h: WorkerHandle, reply: P.Reply) -> None:
+    """Give back the screenshot slot of an abandoned request's reply: its worker keeps the slot until the engine
+    releases it, so each cancelled or timed-out observation would take one slot of the ring for good (and a
+    ring run dry sends every frame through the socket)."""
+    if not reply.ok or reply.body is None:
+        return
+    try:
+        obs = P.decode_observation(reply.body)
+    except P.ProtocolError:  # a broken reply: nothing to give back
+        return
+    if obs.frame is not None:
+        h.pending_release.append([obs.frame.slot, obs.frame.generation])
 
 
 def _time_out(fut: asyncio.Future[Any]) -> None:

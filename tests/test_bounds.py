@@ -22,7 +22,7 @@ import pytest_asyncio
 from browserpool.config import WorkerConfig
 from browserpool.page import TITLE_CHARS
 from browserpool.pool import BrowserOpError, BrowserPool
-from browserpool.protocol import ERR_TOO_LARGE
+from browserpool.protocol import ERR_TOO_LARGE, BrowserAction
 from browserpool.worker import BrowserWorker
 from engine.agent.prompts import AgentConfig
 from engine.bounds import ELLIPSIS, PageLimits
@@ -226,6 +226,33 @@ async def test_a_page_value_too_large_or_not_utf8_gets_an_answer_and_the_worker_
     finally:
         await session.close()
     assert worker.ring.free_slots == free
+    assert_released(worker, pool)
+
+
+async def test_an_observation_abandoned_before_its_reply_gives_its_screenshot_slot_back(
+        inproc, fixture_url: Callable[[str], str]) -> None:
+    # A cancelled or timed-out request's reply still comes, with a screenshot in a slot of the worker's ring that
+    # only the engine can release: left unreleased, each one would take a slot for good.
+    worker, pool = inproc
+    assert worker.ring is not None
+    [handle] = pool.workers.values()
+    async with open_session(pool, fixture_url("click.html")) as (session, _obs, frame):
+        frame.release()
+        await session.evaluate(["1"])  # carries the release
+        free = worker.ring.free_slots
+        for request in (lambda: session.act(BrowserAction("wait", seconds=0.3)), lambda: session.observe()) * 3:
+            pending = asyncio.ensure_future(request())
+            while not handle.futures:  # sent
+                await asyncio.sleep(0.005)
+            pending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await pending
+        deadline = time.monotonic() + 20
+        while handle.abandoned and time.monotonic() < deadline:  # until the six late replies are in
+            await asyncio.sleep(0.02)
+        assert not handle.abandoned
+        await session.evaluate(["1"])  # carries the releases
+        assert worker.ring.free_slots == free
     assert_released(worker, pool)
 
 
