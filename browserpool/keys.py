@@ -98,3 +98,33 @@ def parse_combo(combo: str) -> tuple[int, KeyDef]:
     if mods and not mods & MODIFIER_BITS["Shift"] and len(kd.key) == 1 and kd.key.isupper():
         kd = KeyDef(kd.key.lower(), kd.code, kd.vk, kd.text)  # Control+A sends key "a", as a keyboard does
     return mods, kd
+
+
+# Characters typed key by key at each end of a long text; its middle is inserted at once (typing_plan).
+TYPE_KEYED_EDGE = 64
+
+
+def typing_plan(text: str, edge: int = TYPE_KEYED_EDGE) -> list[tuple[KeyDef | None, str]]:
+    """How ``text`` is typed, in order: ``(key, character)`` for each key press, ``(None, run)`` for a run
+    inserted at once (``Input.insertText``: an ``input`` event, no key events).
+
+    Every character that has a key is pressed, except in the middle of a text longer than twice ``edge``: there,
+    runs of characters other than newlines are inserted. In the renderer a key press costs ~0.75 ms, so a text
+    of a few thousand characters typed key by key would run past an action's cap; a page still sees its first
+    and last ``edge`` characters as keys (what an autocomplete or a key handler reacts to), and every newline as
+    an Enter. Characters without a key (most non-ASCII ones) are always inserted, as a run."""
+    middle = range(edge, len(text) - edge) if len(text) > 2 * edge else range(0)
+    plan: list[tuple[KeyDef | None, str]] = []
+    run: list[str] = []
+    for i, ch in enumerate(text):
+        kd = key_for_char(ch)
+        if kd is not None and (i not in middle or ch == "\n"):
+            if run:
+                plan.append((None, "".join(run)))
+                run = []
+            plan.append((kd, ch))
+        else:
+            run.append(ch)
+    if run:
+        plan.append((None, "".join(run)))
+    return plan

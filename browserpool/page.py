@@ -19,7 +19,7 @@ from playwright.async_api import BrowserContext, CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
-from browserpool.keys import KeyDef, key_for_char, parse_combo
+from browserpool.keys import KeyDef, parse_combo, typing_plan
 from browserpool.netpolicy import NetPolicy
 from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, som_expression
 from browserpool.protocol import BrowserAction, PageEvent
@@ -689,11 +689,11 @@ class EpisodePage:
                              self.cdp.send("Input.dispatchKeyEvent", up))
 
     async def _type_text(self, text: str) -> None:
+        """Type ``text`` as :func:`~browserpool.keys.typing_plan` says: key presses, and runs inserted at once."""
         sends = []
-        for ch in text:
-            kd = key_for_char(ch)
+        for kd, chars in typing_plan(text):
             if kd is None:
-                sends.append(self.cdp.send("Input.insertText", {"text": ch}))
+                sends.append(self.cdp.send("Input.insertText", {"text": chars}))
                 continue
             down = {"type": "keyDown", "key": kd.key, "code": kd.code, "windowsVirtualKeyCode": kd.vk,
                     "text": kd.text, "unmodifiedText": kd.text}

@@ -13,6 +13,7 @@ import pytest
 import uvloop
 
 from browserpool.config import DEFAULT_CHROMIUM, FULL_CHROMIUM, WorkerConfig
+from browserpool.keys import TYPE_KEYED_EDGE, KeyDef, key_for_char, typing_plan
 from browserpool.pool import BrowserOpError, BrowserSession, PoolConfig
 from browserpool.protocol import BrowserAction, FrameRef, Observation
 from engine._imgcodec import decode, frame_diff
@@ -137,6 +138,37 @@ async def test_type_without_clear_or_enter_appends(open_page) -> None:
         # Typing with no target goes to the focused element; clear replaces its text.
         await act(session, BrowserAction("type", text="xyz", enter=False))
         assert await js(session, "document.getElementById('note').value") == ["xyz"]
+
+
+async def test_a_long_text_is_typed_whole_within_the_action_cap(open_page) -> None:
+    # 20,000 characters key by key would take the renderer ~15 s, past the action's 10 s cap, and leave the text cut
+    # off; its ends still come as key presses, and each newline as an Enter.
+    text = ("Lorem ipsum dolor sit amet, " * 200 + "\n") * 3 + "\u00e9t\u00e9 \u4e2d\u6587" + "x" * 3000 + "end"
+    async with open_page("type_long.html") as (session, _, _f):
+        obs, _ = await act(session, BrowserAction("type", selector="#t", text=text, clear=False,
+                                                  enter=False))
+        check_quiet(obs, "/fixtures/type_long.html", "type long")
+        value, seen = await js(session, "document.getElementById('t').value", "window.seen")
+        assert value == text
+        assert seen["enter"] == 3 and seen["keydown"] == 2 * TYPE_KEYED_EDGE + 3 == seen["keyup"]
+        assert seen["lastKeyup"] == "end"  # a key handler sees the whole text at the last key
+        assert seen["input"] < 2 * TYPE_KEYED_EDGE + 20
+
+
+def test_the_typing_plan_presses_keys_at_both_ends_and_inserts_the_middle() -> None:
+    def keys(plan: list[tuple[KeyDef | None, str]]) -> str:
+        return "".join(c for kd, c in plan if kd is not None)
+
+    short = "Hello, world!\n" * 9  # 126 characters: every one a key
+    assert keys(typing_plan(short)) == short
+    long = "a" * 64 + "b\nc" * 30 + "d" * 64
+    plan = typing_plan(long)
+    assert "".join(c for _kd, c in plan) == long
+    assert keys(plan) == "a" * 64 + "\n" * 30 + "d" * 64
+    assert [c for kd, c in plan if kd is None] == ["b"] + ["cb"] * 29 + ["c"]  # runs between the newlines
+    assert typing_plan("caf\u00e9 \u4e2d\u6587!")[3:] == [(None, "\u00e9"), (key_for_char(" "), " "),
+                                                     (None, "\u4e2d\u6587"), (key_for_char("!"), "!")]
+    assert typing_plan("") == []
 
 
 async def test_type_into_a_native_select_picks_an_option(open_page) -> None:
