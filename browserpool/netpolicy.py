@@ -485,7 +485,8 @@ class ContextProxy:
             self._server.close()
             self.close_connections()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
             self._server = None
 
     # --- internals --------------------------------------------------------------------------------------
@@ -494,7 +495,8 @@ class ContextProxy:
         upstream: asyncio.StreamWriter | None = None
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+                async with asyncio.timeout(HEAD_TIMEOUT_S):
+                    head = await reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
                 return
             line, _, rest = head.partition(b"\r\n")
@@ -598,7 +600,8 @@ class ContextProxy:
         error: Exception | None = None
         for addr in addrs:
             try:
-                return await asyncio.wait_for(self.open_upstream(addr, port), self.connect_timeout_s)
+                async with asyncio.timeout(self.connect_timeout_s):
+                    return await self.open_upstream(addr, port)
             except (OSError, TimeoutError) as exc:
                 error = exc
         self._unreachable(shown, f"{'timeout' if isinstance(error, TimeoutError) else 'connect'}: "
@@ -623,8 +626,8 @@ class ContextProxy:
         mapped = self.hosts.get(host)
         if mapped is not None:
             return [ipaddress.ip_address(a.strip()) for a in mapped.split(",")]
-        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
-            host, port, type=socket.SOCK_STREAM), self.connect_timeout_s)
+        async with asyncio.timeout(self.connect_timeout_s):
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         out: list[IPAddress] = []
         for *_, sockaddr in infos:
             addr = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])

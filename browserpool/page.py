@@ -247,12 +247,14 @@ class EpisodePage:
         if self.closed.is_set():
             return True
         try:
-            await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {"expression": "0"}), 2.0)
+            async with asyncio.timeout(2.0):
+                await self.cdp.send("Runtime.evaluate", {"expression": "0"})
             return False
         except (TimeoutError, PlaywrightError):
             pass
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.closed.wait(), 2.0)
+            async with asyncio.timeout(2.0):
+                await self.closed.wait()
         return self.closed.is_set()
 
     def _check_open(self) -> None:
@@ -360,7 +362,8 @@ class EpisodePage:
         self._acting, self._adopt = True, None
         try:
             try:
-                point = await asyncio.wait_for(self._dispatch(action), cap)
+                async with asyncio.timeout(cap):
+                    point = await self._dispatch(action)
             except TimeoutError:
                 timings["action_ms"] = _ms(t0)
                 await self._stop_loading()
@@ -416,8 +419,8 @@ class EpisodePage:
         params: dict[str, Any] = ({"format": "png", "optimizeForSpeed": True} if fmt == "png" else
                                   {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True})
         try:
-            res = await asyncio.wait_for(self.cdp.send("Page.captureScreenshot", params),
-                                         self.cfg.screenshot_timeout_s)
+            async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+                res = await self.cdp.send("Page.captureScreenshot", params)
         except TimeoutError as exc:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])
@@ -430,9 +433,9 @@ class EpisodePage:
         Raises PageHung when the page does not answer within screenshot_timeout_s, PlaywrightError when
         the document went away meanwhile (a navigation)."""
         try:
-            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
-                "expression": som_expression(SOM_TEXT_CHARS, max_elements, budget_ms),
-                "returnByValue": True}), self.cfg.screenshot_timeout_s)
+            async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+                res = await self.cdp.send("Runtime.evaluate", {
+                    "expression": som_expression(SOM_TEXT_CHARS, max_elements, budget_ms), "returnByValue": True})
         except TimeoutError as exc:
             raise PageHung(f"the element pass did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         value = res.get("result", {}).get("value")
@@ -450,9 +453,9 @@ class EpisodePage:
         """Evaluate a JS expression in the page; exceptions come back as {'error': message}.
         Raises PageHung when the page does not answer within settle_timeout_s."""
         try:
-            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
-                "expression": expression, "returnByValue": True, "awaitPromise": True}),
-                self.cfg.settle_timeout_s)
+            async with asyncio.timeout(self.cfg.settle_timeout_s):
+                res = await self.cdp.send("Runtime.evaluate", {
+                    "expression": expression, "returnByValue": True, "awaitPromise": True})
         except TimeoutError as exc:
             raise PageHung(f"the page did not answer within {self.cfg.settle_timeout_s:g} s") from exc
         if "exceptionDetails" in res:
@@ -508,7 +511,8 @@ class EpisodePage:
     async def terminate_scripts(self) -> None:
         """Stop JavaScript that is running away (answered on the IO thread, even when the page is busy)."""
         with contextlib.suppress(TimeoutError, PlaywrightError):
-            await asyncio.wait_for(self.cdp.send("Runtime.terminateExecution"), 2.0)
+            async with asyncio.timeout(2.0):
+                await self.cdp.send("Runtime.terminateExecution")
 
     # --- internals -------------------------------------------------------------------------------
     async def _call(self, fn: str, arg: Any) -> Any:
@@ -523,7 +527,8 @@ class EpisodePage:
 
     async def _stop_loading(self) -> None:
         with contextlib.suppress(TimeoutError, PlaywrightError):
-            await asyncio.wait_for(self.cdp.send("Page.stopLoading"), 2.0)
+            async with asyncio.timeout(2.0):
+                await self.cdp.send("Page.stopLoading")
 
     async def _settle(self, deadline: float, quiet_ms: int) -> str:
         """Wait until navigation is over and the document is quiet; 'quiet', 'busy' or 'timeout'."""
@@ -536,8 +541,8 @@ class EpisodePage:
         """After a timeout: the URL, title and status of whatever document the tab shows (a page whose load event
         never came, because a script never finished, is still a page), within a short cap."""
         with contextlib.suppress(PlaywrightError, TimeoutError):
-            res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {"expression": _LOCATION_EXPR,
-                                                                               "returnByValue": True}), 0.5)
+            async with asyncio.timeout(0.5):
+                res = await self.cdp.send("Runtime.evaluate", {"expression": _LOCATION_EXPR, "returnByValue": True})
             value = res.get("result", {}).get("value")
             if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
                 self.url, self.title = value[0], str(value[1])
@@ -551,7 +556,8 @@ class EpisodePage:
                 return "timeout"
             if self._loading:
                 try:
-                    await asyncio.wait_for(self._stopped.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await self._stopped.wait()
                 except TimeoutError:
                     return "timeout"
                 continue
@@ -559,15 +565,17 @@ class EpisodePage:
             cap_ms = int(min(quiet_ms + self.cfg.idle_cap_ms, remaining * 1000))
             expr = _settle_expr(quiet_ms, cap_ms)
             try:
-                res = await asyncio.wait_for(self.cdp.send("Runtime.evaluate", {
-                    "expression": expr, "returnByValue": True, "awaitPromise": True}), remaining)
+                async with asyncio.timeout(remaining):
+                    res = await self.cdp.send("Runtime.evaluate", {
+                        "expression": expr, "returnByValue": True, "awaitPromise": True})
             except TimeoutError:
                 return "timeout"
             except PlaywrightError:
                 # The document went away mid-check (a navigation, or the tab closing): check the new one once the
                 # browser reports it, without spinning on a tab that no longer answers.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._nav_changed.wait(), min(remaining, 0.05))
+                    async with asyncio.timeout(min(remaining, 0.05)):
+                        await self._nav_changed.wait()
                 continue
             value = res.get("result", {}).get("value")
             if not isinstance(value, list) or len(value) != 4:
@@ -578,7 +586,8 @@ class EpisodePage:
             if state == "navigating" or self._loading:
                 # The document is leaving; wait for the browser to report the load (or give up on it).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._nav_changed.wait(), min(remaining, 1.0))
+                    async with asyncio.timeout(min(remaining, 1.0)):
+                        await self._nav_changed.wait()
                 continue
             return state
 

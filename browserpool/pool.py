@@ -342,11 +342,8 @@ class BrowserPool:
 
     async def wait_for_workers(self, n: int, timeout: float) -> None:
         """Wait until at least ``n`` workers are alive (or the pool gave up on starting them)."""
-        async def enough() -> None:
-            async with self._capacity:
-                await self._capacity.wait_for(
-                    lambda: self.broken or self.fatal or len(self.alive_workers()) >= n)
-        await asyncio.wait_for(enough(), timeout)
+        async with asyncio.timeout(timeout), self._capacity:
+            await self._capacity.wait_for(lambda: self.broken or self.fatal or len(self.alive_workers()) >= n)
 
     async def close(self) -> None:
         """Shut every worker down, then the socket; unlink any segment left behind. A second call does nothing."""

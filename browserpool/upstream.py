@@ -113,7 +113,8 @@ class ProxyPool:
         proxy = self.pick(current)
         for _ in range(len(self.proxies)):
             try:
-                reader, writer = await asyncio.wait_for(self._connect(proxy, host, port), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):
+                    reader, writer = await self._connect(proxy, host, port)
                 return reader, writer, proxy
             except TargetUnreachable:
                 raise

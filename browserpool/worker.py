@@ -164,9 +164,11 @@ class BrowserWorker:
             t.cancel()
         with contextlib.suppress(Exception):
             if self.browser and not self.browser_lost:
-                await asyncio.wait_for(self.browser.close(), 10)
+                async with asyncio.timeout(10):
+                    await self.browser.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(pw.stop(), 10)
+            async with asyncio.timeout(10):
+                await pw.stop()
         if self.ring:
             self.ring.close()
         self._sock.close(0)
@@ -529,7 +531,8 @@ class BrowserWorker:
     @staticmethod
     async def _close_page(page: Page) -> None:
         with contextlib.suppress(TimeoutError, PlaywrightError):
-            await asyncio.wait_for(page.close(), 5)
+            async with asyncio.timeout(5):
+                await page.close()
 
     async def _close_extra_pages(self, slot: ContextSlot) -> None:
         """Close every page of the context but the episode's tab (popups still closing included)."""
@@ -550,7 +553,8 @@ class BrowserWorker:
         # An operation of this episode may still be running (the engine gave up on it: a deadline, an episode
         # cap): let it end, within its own caps, before the page is reset under it; else the context goes.
         try:
-            await asyncio.wait_for(ep.busy.acquire(), self.cfg.settle_timeout_s + 2 * self.cfg.screenshot_timeout_s)
+            async with asyncio.timeout(self.cfg.settle_timeout_s + 2 * self.cfg.screenshot_timeout_s):
+                await ep.busy.acquire()
         except TimeoutError:
             await self._drop_context(ep.slot)
             return
@@ -567,8 +571,10 @@ class BrowserWorker:
             if slot.proxy is not None:
                 slot.proxy.close_connections()
                 more_origins, slot.proxy.origins = slot.proxy.origins, set()
-            await asyncio.wait_for(ep.page.reset(more_origins), 5)
-            await asyncio.wait_for(slot.context.clear_cookies(), 5)
+            async with asyncio.timeout(5):
+                await ep.page.reset(more_origins)
+            async with asyncio.timeout(5):
+                await slot.context.clear_cookies()
         except (TimeoutError, PlaywrightError):
             await self._drop_context(slot)
             return
@@ -588,7 +594,8 @@ class BrowserWorker:
 
     async def _drop_context(self, slot: ContextSlot) -> None:
         with contextlib.suppress(TimeoutError, PlaywrightError):
-            await asyncio.wait_for(slot.context.close(), 10)
+            async with asyncio.timeout(10):
+                await slot.context.close()
 
     # --- memory watch ------------------------------------------------------------------------------
     async def _context_over_memory(self, ep: Episode) -> bool:
@@ -599,7 +606,8 @@ class BrowserWorker:
         if cap <= 0 or ep.slot.page is None:
             return False
         try:
-            usage = await asyncio.wait_for(ep.page.cdp.send("Runtime.getHeapUsage"), 2.0)
+            async with asyncio.timeout(2.0):
+                usage = await ep.page.cdp.send("Runtime.getHeapUsage")
         except (TimeoutError, PlaywrightError):
             return False  # unknown: the reset that follows decides (a page that does not answer is dropped)
         used = int(usage.get("usedSize", 0)) + int(usage.get("embedderHeapUsedSize", 0))
@@ -673,7 +681,8 @@ class BrowserWorker:
             for slot in idle:
                 await self._drop_context(slot)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(old.close(), 10)
+                async with asyncio.timeout(10):
+                    await old.close()
             self.browser = await old.browser_type.launch(
                 executable_path=self.cfg.chromium_path, args=self.cfg.chromium_flags, headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())

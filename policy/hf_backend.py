@@ -286,6 +286,8 @@ class HFModel(LanguageModel):
         self._closed = True
         batcher, self._batcher = self._batcher, None
         if batcher is not None:
+            if self._wakeup is not None:
+                self._wakeup.set()  # a batcher that missed the cancel sees _closed and ends
             batcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await batcher
@@ -350,10 +352,12 @@ class HFModel(LanguageModel):
     async def _batch_loop(self) -> None:
         assert self._wakeup is not None
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closed:
             while not self._pending:
                 self._wakeup.clear()
                 await self._wakeup.wait()
+                if self._closed:
+                    return
             wait_s = self.batch_wait_ms / 1000.0  # read for each batch: adjustable while running
             # Wait for company, at most batch_wait_ms after the first request queued (counted from its
             # arrival: requests that queued while the previous batch ran do not wait again).
@@ -363,8 +367,10 @@ class HFModel(LanguageModel):
                 if remaining <= 0:
                     break
                 self._wakeup.clear()
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancel that comes as the wait ends.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await self._wakeup.wait()
             batch = [self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))]
             batch = [item for item in batch if not item.future.done()]  # callers that gave up
             if not batch:

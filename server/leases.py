@@ -113,7 +113,8 @@ class LeaseTable:
         self._opening += 1
         t0 = time.monotonic()
         try:
-            session = await asyncio.wait_for(self.pool.lease(recorder.episode_id), self.lease_wait_s)
+            async with asyncio.timeout(self.lease_wait_s):
+                session = await self.pool.lease(recorder.episode_id)
         except (TimeoutError, PoolError) as exc:
             recorder.end({"kind": "lease_failed", "message": str(exc) or "no browser worker had room"})
             raise LeaseError(503, f"Failed to create instance: {exc or 'no browser worker had room'}") from None

@@ -278,6 +278,24 @@ async def test_close_fails_pending_requests(tiny_models: dict[str, Path]) -> Non
         await model.generate(chat(9))
 
 
+async def test_close_returns_when_the_batcher_is_woken_as_it_is_cancelled(tiny_models: dict[str, Path]) -> None:
+    # Python 3.11's asyncio.wait_for returns the inner result when its task is cancelled just as that inner wait
+    # ends: a batcher waiting that way for company lost close()'s cancel and kept waiting, so close() never returned.
+    model = HFModel(tiny_models["qwen2_vl"], device="cpu", max_batch=8, batch_wait_ms=10_000.0)
+    await model.start()
+    task = asyncio.create_task(model.generate(chat(0)))
+    while not model._pending:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # the batcher waits for company
+    assert model._wakeup is not None
+    model._wakeup.set()  # its wait ends in the same turn of the loop as the cancel below
+    closing = asyncio.create_task(model.close())
+    done, _ = await asyncio.wait([closing], timeout=5)
+    assert done, "close() did not return"
+    with pytest.raises(PolicyError, match="closed"):
+        await task
+
+
 async def test_failed_generate_fails_only_the_culprit(hf_models: dict[str, HFModel],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A generate call that fails (OOM, bad input) is retried request by request: only the culprit fails."""

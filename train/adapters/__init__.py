@@ -172,7 +172,8 @@ async def _settled_reward(reward: float, info: dict[str, Any], timeout_s: float 
     verdict = info.get("verdict")
     if verdict is None:
         return reward
-    merged = await asyncio.wait_for(verdict, timeout_s)
+    async with asyncio.timeout(timeout_s):
+        merged = await verdict
     return float(((merged or {}).get("reward") or {}).get("value") or 0.0)
 
 
