@@ -78,6 +78,9 @@ DENIED_PERMISSIONS = (
 # failed load shows one) and blob: documents (the page's own content, same origin).
 _COMMITTED_OK = ("http:", "https:", "blob:", "chrome-error:")
 _TEXT_CAP = 300  # longest URL or message kept in a page event
+# Dialogs in one operation past which the page's running script is stopped: a loop of alert()s, each answered at
+# once, never lets the page render, so the screenshot would wait out its deadline and the context be discarded.
+DIALOG_STORM = 20
 
 
 class EventLog:
@@ -193,6 +196,7 @@ class EpisodePage:
         self.load_error: str | None = None
         self.announced_popups = 0  # window opens seen here whose page the context has not reported yet
         self._acting = False  # inside perform(): a popup the action opened with a user gesture is adopted
+        self._dialogs = 0  # dialogs since the current operation began (DIALOG_STORM)
         self._adopt: str | None = None
         self.url = "about:blank"
         self.title = ""
@@ -334,6 +338,11 @@ class EpisodePage:
         # Playwright answers it (dismissed; a beforeunload is accepted, so navigations go on): only recorded.
         kind = params.get("type", "dialog")
         self.events.add("dialog", str(params.get("url", "")), f"{kind}: {params.get('message', '')}")
+        self._dialogs += 1
+        if self._dialogs % DIALOG_STORM == 0:  # again after each 20 more: a script that comes back (a timer)
+            self.events.add("dialog", str(params.get("url", "")), f"{DIALOG_STORM} dialogs in one operation: the "
+                            "page's running script was stopped")
+            asyncio.ensure_future(self.terminate_scripts())
 
     def _on_file_chooser(self, params: dict[str, Any]) -> None:
         self.events.add("filechooser", self.url, f"cancelled ({params.get('mode', '')})")
@@ -359,7 +368,7 @@ class EpisodePage:
         t0 = time.perf_counter()
         point = None
         self.note, self.load_error = None, None
-        self._acting, self._adopt = True, None
+        self._acting, self._adopt, self._dialogs = True, None, 0
         try:
             try:
                 async with asyncio.timeout(cap):
@@ -397,6 +406,7 @@ class EpisodePage:
         before a screenshot taken on request, after the page already settled from its last action. Returns
         (settle status, timings)."""
         t0 = time.perf_counter()
+        self._dialogs = 0
         status = await self._settle(time.monotonic() + self.cfg.settle_timeout_s, 0)
         return status, {"settle_ms": _ms(t0)}
 

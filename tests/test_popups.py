@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from browserpool.config import WorkerConfig
+from browserpool.page import DIALOG_STORM
 from browserpool.pool import BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction, Observation, PageEvent
 from browserpool.worker import BrowserWorker
@@ -203,6 +204,22 @@ async def test_a_dialog_is_dismissed_and_recorded(inproc: tuple[BrowserWorker, B
         obs = await act(s, BrowserAction("click", selector="#go"))
         assert PageEvent("dialog", fixture_url("page_dialog.html"), "confirm: Delete everything?") in (obs.events or [])
         assert await js(s, "window.answer") == [False]
+
+
+async def test_a_loop_of_dialogs_is_stopped_and_the_page_stays_usable(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str]) -> None:
+    # Answered one by one, the alerts never end and never let the page render: the screenshot waited out its
+    # deadline and the episode's context was discarded (20 s, browser_hung).
+    _, pool = inproc
+    url = fixture_url("page_dialog_storm.html")
+    async with open_session(pool, url) as (s, _o, _f):
+        for _ in range(2):  # a second storm in the same episode is stopped as well
+            obs = await act(s, BrowserAction("click", selector="#go"))
+            assert obs.settle == "quiet"
+            stopped = PageEvent("dialog", url, f"{DIALOG_STORM} dialogs in one operation: the page's running script "
+                                               "was stopped")
+            assert stopped in (obs.events or []) and (obs.events or [])[-1].kind == "dropped"  # the rest: counted
+        assert (await js(s, "window.shown"))[0] >= 2 * DIALOG_STORM  # the page answers
 
 
 async def test_permission_prompts_are_denied_at_once(inproc: tuple[BrowserWorker, BrowserPool],
