@@ -100,6 +100,9 @@ class AsyncWebEnv:
         self._job: asyncio.Future[dict[str, Any]] | None = None
         self._verdict: asyncio.Future[dict[str, Any]] | None = None  # the judged episode's merged record
         self.record: dict[str, Any] | None = None  # the last finished episode's record
+        # A step() cancelled while it waited (a trainer's own timeout): the episode went on to an observation the
+        # trainer never got, so a next step would act on a page it has not seen. Only reset() goes on from there.
+        self._step_cancelled = False
 
     # --- the episode ----------------------------------------------------------------------------------
     async def reset(self, task: Task | str | None = None,
@@ -111,6 +114,7 @@ class AsyncWebEnv:
             self._rng.seed(seed)
         chosen = self._choose(task)
         await self._abandon("the environment was reset before the episode ended")
+        self._step_cancelled = False
         settings = dataclasses.replace(self.core.cfg.rollout_settings(self.policy_version), retry_lost=0)
         # A private slot: a trainer thinking over one env must not hold up the core's shared policy queue.
         ctx = self.core.context(self._policy, settings=settings, policy_slots=asyncio.Semaphore(1))
@@ -130,15 +134,22 @@ class AsyncWebEnv:
         """Act: an action dict, an :class:`AgentAction`, or the model's reply text. ``token_ids`` /
         ``logprobs``: the sampled tokens, recorded with the step for training. Returns ``(observation, reward,
         terminated, truncated, info)``; the reward is the episode's (task checks, the page's own, or the judge's)
-        on its last step and 0 before."""
+        on its last step and 0 before. After a step that was cancelled (a timeout of the caller's own) the episode
+        has moved past what the caller saw: every later step raises RuntimeError until ``reset()``."""
         policy, rollout = self._policy, self.rollout
+        if self._step_cancelled:
+            raise RuntimeError("a step() was cancelled before its observation came back: reset() the environment")
         if rollout is None or policy.reply is None or policy.reply.done():
             raise RuntimeError("reset() the environment first (the last episode has ended)")
         reply = self._reply(action, rollout)
         reply.token_ids, reply.logprobs = token_ids, logprobs
         reply.policy_version = policy_version
         policy.reply.set_result(reply)
-        request = await self._next_request()
+        try:
+            request = await self._next_request()
+        except asyncio.CancelledError:
+            self._step_cancelled = True
+            raise
         info: dict[str, Any] = {"action": reply.action.to_dict(), "parse_error": reply.parse_error,
                                 "thought": reply.thought}
         if request is not None:

@@ -106,6 +106,29 @@ async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path
     assert len({r["episode_id"] for r in records}) == 2
 
 
+async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, site_server: str) -> None:
+    # The episode goes on without the caller: its next step would act on a page the caller never saw.
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=1, workers=1, telemetry=None)
+    async with EngineCore(cfg) as core:
+        env = AsyncWebEnv(core, tasks)
+        await env.reset(tasks[0])
+        step = asyncio.ensure_future(env.step({"name": "wait", "seconds": 0.5}))
+        await asyncio.sleep(0.05)
+        step.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await step
+        with pytest.raises(RuntimeError, match="cancelled"):
+            await env.step({"name": "wait"})
+        obs, info = await env.reset(tasks[0])  # the episode left behind ends with its record; a new one starts
+        assert info["step"] == 0 and obs["screenshot"]
+        obs, reward, terminated, truncated, info = await env.step({"name": "answer", "text": "done"})
+        assert terminated and info["status"] in ("success", "failure")
+    records = read_records(core.run_dir)  # type: ignore[arg-type]
+    assert [r["status"] for r in records][0] == "error" and records[0]["error"]["kind"] == "abandoned"
+    assert len(records) == 2
+
+
 async def test_env_runs_open_in_the_viewer_and_export(tmp_path: Path, site_server: str) -> None:
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1)
