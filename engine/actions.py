@@ -6,6 +6,7 @@ protocol before an AgentAction is built.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,8 +33,24 @@ class AgentAction:
     element_id: int | None = None  # Set-of-Marks: the element the model named (x, y is its centre)
 
     def __post_init__(self) -> None:
+        # Checked here, where an action enters the engine (a parser, a trainer's dict): a NaN coordinate or a number
+        # for a text would otherwise fail the episode in the worker, far from the caller's mistake.
         if self.name not in ACTION_NAMES:
             raise ValueError(f"unknown action {self.name!r}; expected one of {', '.join(ACTION_NAMES)}")
+        for field_name in ("x", "y", "seconds"):
+            value = getattr(self, field_name)
+            if value is not None and not _finite_number(value):
+                raise ValueError(f"action {self.name}: {field_name} must be a finite number, not {value!r}"[:200])
+        if self.seconds is not None and self.seconds < 0:
+            raise ValueError(f"action {self.name}: seconds must be >= 0, not {self.seconds!r}")
+        for field_name in ("text", "direction", "url", "keys"):
+            value = getattr(self, field_name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"action {self.name}: {field_name} must be a string, not {type(value).__name__}")
+        if self.element_id is not None and (type(self.element_id) is bool or not isinstance(self.element_id, int)):
+            raise TypeError(f"action {self.name}: element_id must be an integer, not {type(self.element_id).__name__}")
+        if type(self.clear) is not bool or type(self.enter) is not bool:
+            raise TypeError(f"action {self.name}: clear and enter must be booleans")
 
     @property
     def ends_episode(self) -> bool:
@@ -90,6 +107,16 @@ class AgentAction:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AgentAction:
         return cls(**d)
+
+
+def _finite_number(value: Any) -> bool:
+    """An int or float (not a bool) that is finite as a float."""
+    if type(value) is bool or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past the float range
+        return False
 
 
 _DEFAULTS = tuple((f.name, None if f.name == "name" else f.default) for f in fields(AgentAction))

@@ -106,6 +106,25 @@ async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path
     assert len({r["episode_id"] for r in records}) == 2
 
 
+async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_path: Path, site_server: str) -> None:
+    # Sent on, a NaN coordinate or a number for a text failed the episode in the worker (browser_internal).
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=1, workers=1, telemetry=None)
+    async with EngineCore(cfg) as core:
+        env = AsyncWebEnv(core, tasks)
+        await env.reset(tasks[0])
+        for bad, error in (({"name": "left_click", "x": float("nan"), "y": 1}, ValueError),
+                           ({"name": "left_click", "x": "10", "y": 1}, ValueError),
+                           ({"name": "type", "text": 5}, TypeError), ({"name": "keypress", "keys": ["a"]}, TypeError),
+                           ({"name": "wait", "seconds": -1}, ValueError), ({"name": "fly"}, ValueError)):
+            with pytest.raises(error, match="action|unknown"):
+                await env.step(bad)
+        obs, reward, terminated, truncated, info = await env.step({"name": "answer", "text": "done"})
+        assert terminated and info["status"] in ("success", "failure")
+    [record] = read_records(core.run_dir)  # type: ignore[arg-type]
+    assert [s["action"]["name"] for s in record["steps"]] == ["answer"]
+
+
 async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, site_server: str) -> None:
     # The episode goes on without the caller: its next step would act on a page the caller never saw.
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
