@@ -6,9 +6,11 @@ Real parts throughout: the bundled sites' server, browser workers with Chromium,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from engine.core import EngineCore
 from engine.env import AsyncWebEnv, EpisodeError
 from engine.gym_env import CoreThread, WebEnv
 from engine.store import read_records
-from engine.tasks import load_tasks
+from engine.tasks import Task, load_tasks
 from policy.registry import BackendConfig, make_policy
 from policy.scripted import ScriptedPolicy
 from tests.conftest import subset
@@ -86,12 +88,20 @@ async def test_reply_text_with_a_broken_tool_call_is_a_recorded_wait(tmp_path: P
     assert record["steps"][1]["parsed"]["frames"]
 
 
-async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path, site_server: str) -> None:
+@contextlib.asynccontextmanager
+async def one_env(tmp_path: Path, site_server: str, concurrency: int = 1
+                  ) -> AsyncIterator[tuple[EngineCore, AsyncWebEnv, list[Task]]]:
+    """A core with one browser worker and an env on it, reset to the first of one task per site."""
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
-    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=concurrency, workers=1, telemetry=None)
     async with EngineCore(cfg) as core:
         env = AsyncWebEnv(core, tasks)
         await env.reset(tasks[0])
+        yield core, env, tasks
+
+
+async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path, site_server: str) -> None:
+    async with one_env(tmp_path, site_server, concurrency=2) as (core, env, tasks):
         os.kill(core.pool.workers["w0"].pid, signal.SIGKILL)
         with pytest.raises(EpisodeError) as caught:
             for _ in range(20):
@@ -108,11 +118,7 @@ async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path
 
 async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_path: Path, site_server: str) -> None:
     # Sent on, a NaN coordinate or a number for a text failed the episode in the worker (browser_internal).
-    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
-    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=1, workers=1, telemetry=None)
-    async with EngineCore(cfg) as core:
-        env = AsyncWebEnv(core, tasks)
-        await env.reset(tasks[0])
+    async with one_env(tmp_path, site_server) as (core, env, _tasks):
         for bad, error in (({"name": "left_click", "x": float("nan"), "y": 1}, ValueError),
                            ({"name": "left_click", "x": "10", "y": 1}, ValueError),
                            ({"name": "type", "text": 5}, TypeError), ({"name": "keypress", "keys": ["a"]}, TypeError),
@@ -127,11 +133,7 @@ async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_pa
 
 async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, site_server: str) -> None:
     # The episode goes on without the caller: its next step would act on a page the caller never saw.
-    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
-    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=1, workers=1, telemetry=None)
-    async with EngineCore(cfg) as core:
-        env = AsyncWebEnv(core, tasks)
-        await env.reset(tasks[0])
+    async with one_env(tmp_path, site_server) as (core, env, tasks):
         step = asyncio.ensure_future(env.step({"name": "wait", "seconds": 0.5}))
         await asyncio.sleep(0.05)
         step.cancel()
