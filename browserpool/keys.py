@@ -109,16 +109,17 @@ def typing_plan(text: str, edge: int = TYPE_KEYED_EDGE) -> list[tuple[KeyDef | N
     inserted at once (``Input.insertText``: an ``input`` event, no key events).
 
     Every character that has a key is pressed, except in the middle of a text longer than twice ``edge``: there,
-    runs of characters other than newlines are inserted. In the renderer a key press costs ~0.75 ms, so a text
-    of a few thousand characters typed key by key would run past an action's cap; a page still sees its first
-    and last ``edge`` characters as keys (what an autocomplete or a key handler reacts to), and every newline as
-    an Enter. Characters without a key (most non-ASCII ones) are always inserted, as a run."""
+    runs of characters other than newlines are inserted. A key press (two CDP key events) costs ~1.5 ms, most of it
+    outside Python, so a text of a few thousand characters typed key by key would run past an action's cap; a
+    page still sees its first and last ``edge`` characters as keys (what an autocomplete or a key handler reacts
+    to), and every newline as an Enter. Characters without a key (most non-ASCII ones) are always inserted, as a
+    run."""
     middle = range(edge, len(text) - edge) if len(text) > 2 * edge else range(0)
     plan: list[tuple[KeyDef | None, str]] = []
     run: list[str] = []
     for i, ch in enumerate(text):
-        kd = key_for_char(ch)
-        if kd is not None and (i not in middle or ch == "\n"):
+        kd = key_for_char(ch) if i not in middle or ch == "\n" else None
+        if kd is not None:
             if run:
                 plan.append((None, "".join(run)))
                 run = []

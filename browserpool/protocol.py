@@ -205,9 +205,8 @@ class Request(Message, tag="req"):
     """Engine -> worker: one operation on one episode's page.
 
     ops: open (url; som: Set-of-Marks mode, som_elements: the most elements it lists and draws, setup_js,
-    probe_js: each sent only when set), act (action; shot:
-    False for no screenshot), observe (som, format: a screenshot without an action), locate (selector),
-    evaluate (exprs), close.
+    probe_js: each sent only when set), act (action; shot: False for no screenshot), observe (som, format: a
+    screenshot without an action), locate (selector), evaluate (exprs), close.
     ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with; every
     request carries them, so no message of its own is needed.
     """

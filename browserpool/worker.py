@@ -74,7 +74,7 @@ class Episode:
     slot: ContextSlot
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
-    som_elements: int = 0  # the engine's cap on listed (and so drawn) elements; 0: the worker's own cap only
+    som_cap: int = 0  # the most elements a Set-of-Marks pass lists (and so draws): the open's cap within the worker's
     probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
     last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
 
@@ -337,7 +337,9 @@ class BrowserWorker:
                 raise
         slot.events.clear()  # a previous episode's late events are not this one's
         slot.popups = 0
-        ep = Episode(slot, som=som, som_elements=som_elements, probe_js=probe_js)
+        # The engine lists at most som_elements: boxes past those would show ids the model cannot use.
+        cap = self.cfg.som_max_elements
+        ep = Episode(slot, som=som, som_cap=min(cap, som_elements) if som_elements else cap, probe_js=probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
@@ -427,10 +429,8 @@ class BrowserWorker:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
             cfg = self.cfg
-            # The engine lists at most som_elements of them: boxes past those would show ids the model cannot use.
-            most = min(cfg.som_max_elements, ep.som_elements) if ep.som_elements else cfg.som_max_elements
             captured, marks = await asyncio.gather(
-                _timed(page.screenshot(fmt)), _timed(page.som(most, cfg.som_budget_ms)),
+                _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms)),
                 return_exceptions=True)
             if isinstance(captured, BaseException):
                 raise captured
@@ -445,7 +445,7 @@ class BrowserWorker:
             else:
                 (css_width, elements, cut), timings["som_ms"] = marks
                 if cut is not None:
-                    why = f"its cap of {most}" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
+                    why = f"its cap of {ep.som_cap}" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
                     cut_note = (f"Set-of-Marks: {len(elements)} elements listed, the pass stopped at {why}; the page "
                                 "may have more")
                     note = cut_note if note is None else f"{note}; {cut_note}"

@@ -286,8 +286,6 @@ class HFModel(LanguageModel):
         self._closed = True
         batcher, self._batcher = self._batcher, None
         if batcher is not None:
-            if self._wakeup is not None:
-                self._wakeup.set()  # a batcher that missed the cancel sees _closed and ends
             batcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await batcher
@@ -352,12 +350,10 @@ class HFModel(LanguageModel):
     async def _batch_loop(self) -> None:
         assert self._wakeup is not None
         loop = asyncio.get_running_loop()
-        while not self._closed:
+        while True:
             while not self._pending:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-                if self._closed:
-                    return
             wait_s = self.batch_wait_ms / 1000.0  # read for each batch: adjustable while running
             # Wait for company, at most batch_wait_ms after the first request queued (counted from its
             # arrival: requests that queued while the previous batch ran do not wait again).
