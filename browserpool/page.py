@@ -11,6 +11,7 @@ import base64
 import contextlib
 import ipaddress
 import json
+import math
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,21 +22,20 @@ from playwright.async_api import Error as PlaywrightError
 from browserpool.config import WorkerConfig
 from browserpool.keys import KeyDef, parse_combo, typing_plan
 from browserpool.netpolicy import NetPolicy
-from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, som_expression
+from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, TITLE_CHARS, som_expression
 from browserpool.protocol import BrowserAction, PageEvent
 
-# The main document's HTTP status (Navigation Timing), null when it has none.
-_STATUS_EXPR = "((performance.getEntriesByType('navigation')[0] || {}).responseStatus || null)"
-# Longest title a page reports: a page may set one of any length, every settle reads it, and a reply must stay under
-# the message cap (the engine keeps 512 characters by default: RunConfig.page_limits).
-TITLE_CHARS = 4096
-_LOCATION_EXPR = f"[location.href, document.title.slice(0, {TITLE_CHARS}), {_STATUS_EXPR}]"
+# Where the page is, [url, title, HTTP status or null]: the init script's report, which a page's own scripts cannot
+# alter; in a document without it (the init script did not run), read directly.
+_LOCATION_EXPR = ("(window.__wgWhere ? window.__wgWhere() : [location.href, String(document.title).slice(0, "
+                  f"{TITLE_CHARS}), ((performance.getEntriesByType('navigation')[0] || {{}}).responseStatus || null)])")
 
 
 def _settle_expr(quiet_ms: int, cap_ms: int) -> str:
-    """The settle check: waits for a quiet document (the init script's __wgSettle), then reports where it is."""
-    return (f"(window.__wgSettle ? window.__wgSettle({quiet_ms}, {cap_ms}) : Promise.resolve('quiet'))"
-            f".then(s => [s].concat({_LOCATION_EXPR}))")
+    """The settle check: waits for a quiet document (the init script's __wgSettle), then reports where it is:
+    [state, url, title, status]."""
+    return (f"(window.__wgSettle ? window.__wgSettle({quiet_ms}, {cap_ms}) : "
+            f"Promise.resolve(['quiet'].concat({_LOCATION_EXPR})))")
 
 
 # Asked of a start page answered with HTTP 429: how long the site wants the agent to stay away. Navigation Timing has
@@ -452,8 +452,10 @@ class EpisodePage:
         if "exceptionDetails" in res or not isinstance(value, list) or len(value) != 4:
             return float(self.cfg.viewport_width), [], None
         css_width, _css_height, found, cut = value
-        return (float(css_width or self.cfg.viewport_width), [[i, *e] for i, e in enumerate(found, 1)],
-                cut if cut in ("count", "time") else None)
+        if not (_is_number(css_width) and css_width > 0):
+            css_width = self.cfg.viewport_width
+        rows = [row for row in found if _is_element(row)] if isinstance(found, list) else []
+        return float(css_width), [[i, *e] for i, e in enumerate(rows, 1)], cut if cut in ("count", "time") else None
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where the first visible element matching ``selector`` is (viewport CSS px)."""
@@ -554,9 +556,18 @@ class EpisodePage:
             async with asyncio.timeout(0.5):
                 res = await self.cdp.send("Runtime.evaluate", {"expression": _LOCATION_EXPR, "returnByValue": True})
             value = res.get("result", {}).get("value")
-            if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
-                self.url, self.title = value[0], str(value[1])
-                self.status = value[2] if isinstance(value[2], int) and value[2] > 0 else None
+            if isinstance(value, list) and len(value) == 3:
+                self._take_location(*value)
+
+    def _take_location(self, url: Any, title: Any, status: Any) -> bool:
+        """Take a page's report of where it is, if it is well-formed (a URL and a title as strings): the report
+        comes from the page's own script context, and what the worker sends on must match the protocol's types
+        whatever a page did there."""
+        if not (isinstance(url, str) and isinstance(title, str)):
+            return False
+        self.url, self.title = url, title[:TITLE_CHARS]
+        self.status = status if type(status) is int and status > 0 else None
+        return True
 
     async def _settle_until(self, deadline: float, quiet_ms: int) -> str:
         while True:
@@ -588,10 +599,12 @@ class EpisodePage:
                         await self._nav_changed.wait()
                 continue
             value = res.get("result", {}).get("value")
-            if not isinstance(value, list) or len(value) != 4:
-                continue
-            state, self.url, self.title, status = value
-            self.status = status if isinstance(status, int) and status > 0 else None
+            if not (isinstance(value, list) and len(value) == 4 and self._take_location(*value[1:])):
+                # A document whose scripts broke the check (no init script, and builtins replaced): asking again
+                # would only spin until the deadline.
+                await self._read_location()
+                return "busy"
+            state = value[0] if value[0] in ("quiet", "busy", "navigating") else "busy"
             self._note_origin(self.url)
             if state == "navigating" or self._loading:
                 # The document is leaving; wait for the browser to report the load (or give up on it).
@@ -677,9 +690,12 @@ class EpisodePage:
             loc = await self.locate(a.selector)
             if not isinstance(loc, dict) or loc.get("error") or not loc.get("found"):
                 raise ActionRefused(f"no visible element matches {a.selector!r}")
-            if not loc["inView"]:
+            if not loc.get("inView"):
                 raise ActionRefused(f"element {a.selector!r} is outside the viewport")
-            return float(loc["x"]), float(loc["y"])
+            x, y = loc.get("x"), loc.get("y")
+            if not (_is_number(x) and _is_number(y)):  # the page's script context answered nonsense
+                raise ActionRefused(f"no usable position for {a.selector!r}")
+            return float(x), float(y)
         x = min(max(float(a.x), 0.0), self.cfg.viewport_width - 1.0)
         y = min(max(float(a.y if a.y is not None else 0.0), 0.0), self.cfg.viewport_height - 1.0)
         return x, y
@@ -721,3 +737,15 @@ class EpisodePage:
                 "type": "keyUp", "key": kd.key, "code": kd.code, "windowsVirtualKeyCode": kd.vk}))
         if sends:
             await asyncio.gather(*sends)
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _is_element(row: Any) -> bool:
+    """Whether a Set-of-Marks row is ``[tag, text, x, y, w, h]`` with strings and finite numbers. The pass runs in the
+    page's script context, where a page may have replaced the builtins it uses; a row of other types is left out
+    rather than sent to the engine, whose protocol check would take it for a broken worker."""
+    return (isinstance(row, list) and len(row) == 6 and isinstance(row[0], str) and isinstance(row[1], str)
+            and all(_is_number(v) for v in row[2:]))

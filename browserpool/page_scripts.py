@@ -9,25 +9,59 @@ It also keeps the episode in one tab, like the original: links and forms with a 
 same tab and ``window.open`` navigates the current page.
 """
 
+# Longest title a page reports: a page may set one of any length, every settle reads it, and a reply must stay under
+# the message cap (the engine keeps 512 characters by default: RunConfig.page_limits).
+TITLE_CHARS = 4096
+
 INIT_SCRIPT = r"""
 (() => {
   if (window.__wgSettle) return;
-  let pending = 0, lastChange = performance.now(), leaving = false;
+  // The page's own scripts run after this one and may replace any global or prototype method (a framework that
+  // patches Promise and timers, or a hostile page). What the worker calls is captured here, before they run, and
+  // its two entry points cannot be replaced.
+  const W = window, D = document, L = location, apply = Reflect.apply, define = Object.defineProperty;
+  const P = Promise, Str = String;
+  const perf = performance, now = Performance.prototype.now, entriesByType = Performance.prototype.getEntriesByType;
+  const setT = W.setTimeout, clearT = W.clearTimeout, max = Math.max, min = Math.min;
+  const getter = (proto, name) => (Object.getOwnPropertyDescriptor(proto, name) || {}).get;
+  const titleOf = getter(Document.prototype, 'title'), readyStateOf = getter(Document.prototype, 'readyState');
+  const statusOf = W.PerformanceResourceTiming && getter(PerformanceResourceTiming.prototype, 'responseStatus');
+  const slice = String.prototype.slice, pFinally = P.prototype.finally;
+  const setAdd = Set.prototype.add, setDelete = Set.prototype.delete, setForEach = Set.prototype.forEach;
+  const time = () => apply(now, perf, []);
+  const later = (f, ms) => apply(setT, W, [f, ms]);
+  const cancel = (t) => apply(clearT, W, [t]);
+
+  let pending = 0, lastChange = time(), leaving = false;
   const wake = new Set();
-  const poke = () => { lastChange = performance.now(); for (const f of wake) f(); };
+  const poke = () => { lastChange = time(); apply(setForEach, wake, [(f) => f()]); };
+
+  // [url, title (at most __TITLE_CHARS__ characters), HTTP status or null] (location and its href cannot be
+  // replaced), after the settle state if one is given. Its own `then` is undefined: a promise resolved with it
+  // would call a `then` a page gave Object.prototype.
+  const where = (state) => {
+    const nav = apply(entriesByType, perf, ['navigation'])[0];
+    const href = L.href, title = apply(slice, Str(apply(titleOf, D, [])), [0, __TITLE_CHARS__]);
+    const status = (nav && statusOf && apply(statusOf, nav, [])) || null;
+    const out = state === undefined ? [href, title, status] : [state, href, title, status];
+    define(out, 'then', { value: undefined });
+    return out;
+  };
+  const fixed = (name, value) => define(W, name, { value, writable: false, configurable: false });
+  fixed('__wgWhere', () => where());
 
   const origFetch = window.fetch;
   if (origFetch) {
     window.fetch = function (...args) {
       pending++; poke();
-      return origFetch.apply(this, args).finally(() => { pending--; poke(); });
+      return apply(pFinally, apply(origFetch, this, args), [() => { pending--; poke(); }]);
     };
   }
   const origSend = XMLHttpRequest.prototype.send;
   XMLHttpRequest.prototype.send = function (...args) {
     pending++; poke();
     this.addEventListener('loadend', () => { pending--; poke(); }, { once: true });
-    return origSend.apply(this, args);
+    return apply(origSend, this, args);
   };
 
   const observe = () => new MutationObserver(poke).observe(document, {
@@ -42,7 +76,7 @@ INIT_SCRIPT = r"""
     leaving = true; poke();
   };
   // The worker calls this when a navigation turned into a download (refused): the document stays after all.
-  window.__wgStay = () => { leaving = false; poke(); };
+  fixed('__wgStay', () => { leaving = false; poke(); });
   if (window.navigation) window.navigation.addEventListener('navigate', markLeaving);
   window.addEventListener('pagehide', () => markLeaving());
   window.addEventListener('beforeunload', () => markLeaving());
@@ -56,30 +90,31 @@ INIT_SCRIPT = r"""
   document.addEventListener('submit', selfTarget, true);
   window.open = (url) => { if (url) location.href = url; return window; };
 
-  window.__wgSettle = (quietMs, idleCapMs) => new Promise((resolve) => {
-    const start = performance.now();
+  // Resolves with [state, ...where()].
+  fixed('__wgSettle', (quietMs, idleCapMs) => new P((resolve) => {
+    const start = time();
     let timer = null;
-    const finish = (v) => { wake.delete(check); clearTimeout(timer); resolve(v); };
+    const finish = (v) => { apply(setDelete, wake, [check]); cancel(timer); resolve(where(v)); };
     const check = () => {
       if (leaving) return finish('navigating');
-      const now = performance.now();
-      if (now - start >= idleCapMs) return finish('busy');
-      clearTimeout(timer);
-      if (document.readyState === 'complete' && pending === 0) {
+      const t = time();
+      if (t - start >= idleCapMs) return finish('busy');
+      cancel(timer);
+      if (apply(readyStateOf, D, []) === 'complete' && pending === 0) {
         // Quiet since the check began, too: a reaction the action scheduled on a timer (a first
         // mutation 10 ms after a click) must not be missed because the DOM was quiet before it.
-        const quietFor = now - Math.max(lastChange, start);
+        const quietFor = t - max(lastChange, start);
         if (quietFor >= quietMs) return finish('quiet');
-        timer = setTimeout(check, Math.min(quietMs - quietFor, idleCapMs - (now - start)) + 1);
+        timer = later(check, min(quietMs - quietFor, idleCapMs - (t - start)) + 1);
       } else {
-        timer = setTimeout(check, idleCapMs - (now - start) + 1);
+        timer = later(check, idleCapMs - (t - start) + 1);
       }
     };
-    wake.add(check);
+    apply(setAdd, wake, [check]);
     check();
-  });
+  }));
 })();
-"""
+""".replace("__TITLE_CHARS__", str(TITLE_CHARS))
 
 # Centre of the first visible element matching a selector, in viewport CSS pixels, plus whether it
 # lies inside the viewport. Used by the scripted policy and by selector-targeted actions.

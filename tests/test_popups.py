@@ -1,5 +1,5 @@
-"""Popups, new tabs, downloads, file choosers, dialogs, permission prompts and a page closing its own tab (real
-Chromium, pages on loopback).
+"""Popups, new tabs, downloads, file choosers, dialogs, permission prompts, a page closing its own tab and a page
+replacing the builtins the worker's scripts use (real Chromium, pages on loopback).
 
 Every page a context opens besides the episode's tab is closed (or, when the agent's own action opened it,
 becomes the episode's page: the tab goes to its URL); nothing of an episode (its pages, the storage of every
@@ -220,6 +220,32 @@ async def test_a_loop_of_dialogs_is_stopped_and_the_page_stays_usable(
                                                "was stopped")
             assert stopped in (obs.events or []) and (obs.events or [])[-1].kind == "dropped"  # the rest: counted
         assert (await js(s, "window.shown"))[0] >= 2 * DIALOG_STORM  # the page answers
+
+
+@pytest.mark.parametrize("only", ["", "slice", "lower", "title", "settle", "concat", "then", "timers", "math"])
+async def test_a_page_that_replaces_builtins_neither_stalls_steps_nor_makes_its_worker_look_broken(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], only: str) -> None:
+    # The worker's scripts run in the page's own script context. Before, a page that replaced what they call made
+    # every settle wait out its timeout (10 s a step), or made the worker send an observation of the wrong types
+    # (a title of 42, an element's tag as an object), which the engine counts against the worker: five such
+    # pages, and the worker was banned.
+    _, pool = inproc
+    url = fixture_url("page_tampered.html" + (f"?only={only}" if only else ""))
+    session = await pool.lease(f"tampered-{only}")
+    try:
+        obs, frame = await session.open(url, som=True)
+        frame.release()
+        assert (obs.settle, obs.title) == ("quiet", "tampered")
+        # The marks are the page's own business: listed, or (where it broke the pass) none, never malformed.
+        elements = obs.elements or []
+        assert [e[:3] for e in elements] in ([[1, "button", "press"], [2, "a", "link"]], []), elements
+        assert all(isinstance(v, int) for e in elements for v in e[3:]), elements
+        obs = await act(session, BrowserAction("click", x=70, y=30))
+        assert (obs.settle, obs.title) == ("quiet", "tampered")
+        assert await js(session, "document.getElementById('out').textContent") == ["clicked"]
+    finally:
+        await session.close()
+    assert not pool.offences and len(pool.workers) == 1
 
 
 async def test_permission_prompts_are_denied_at_once(inproc: tuple[BrowserWorker, BrowserPool],
