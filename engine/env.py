@@ -34,7 +34,7 @@ from engine.actions import AgentAction
 from engine.agent.prompts import AgentConfig
 from engine.agent.protocol import AgentProtocol
 from engine.core import EngineCore
-from engine.policy_api import Policy, PolicyReply, PolicyRequest, StepView
+from engine.policy_api import Policy, PolicyReply, PolicyRequest, StepView, training_fields
 from engine.rollout import Rollout
 from engine.tasks import Task
 
@@ -128,11 +128,12 @@ class AsyncWebEnv:
             return self._ended_at_open()
         return self._observation(), self._info(request)
 
-    async def step(self, action: dict[str, Any] | str | AgentAction, *, token_ids: list[int] | None = None,
-                   logprobs: list[float] | None = None,
-                   policy_version: int | None = None) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    async def step(self, action: dict[str, Any] | str | AgentAction, *, token_ids: Any = None,
+                   logprobs: Any = None, policy_version: int | None = None
+                   ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         """Act: an action dict, an :class:`AgentAction`, or the model's reply text. ``token_ids`` /
-        ``logprobs``: the sampled tokens, recorded with the step for training. Returns ``(observation, reward,
+        ``logprobs``: the sampled tokens (lists, numpy arrays or torch tensors), recorded with the step for
+        training. Returns ``(observation, reward,
         terminated, truncated, info)``; the reward is the episode's (task checks, the page's own, or the judge's)
         on its last step and 0 before. After a step that was cancelled (a timeout of the caller's own) the episode
         has moved past what the caller saw: every later step raises RuntimeError until ``reset()``."""
@@ -142,8 +143,10 @@ class AsyncWebEnv:
         if rollout is None or policy.reply is None or policy.reply.done():
             raise RuntimeError("reset() the environment first (the last episode has ended)")
         reply = self._reply(action, rollout)
-        reply.token_ids, reply.logprobs = token_ids, logprobs
-        reply.policy_version = policy_version
+        reply.token_ids, reply.logprobs, reply.policy_version = token_ids, logprobs, policy_version
+        # The caller's mistake (a string for a token id, lists of different lengths) is raised here, before
+        # anything is sent; numpy arrays and torch tensors are taken as lists.
+        reply.token_ids, reply.logprobs, reply.policy_version = training_fields(reply)
         policy.reply.set_result(reply)
         try:
             request = await self._next_request()

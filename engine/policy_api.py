@@ -7,6 +7,8 @@ needs. Oracle access to the page (:class:`PageProbe`) exists only for scripted p
 
 from __future__ import annotations
 
+import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +68,47 @@ class PolicyReply:
     policy_version: int | None = None  # the weights' version that produced it; None: the one asked for
     messages: list[dict[str, Any]] | None = None  # the exact chat the model was given (images by REF)
     details: dict[str, Any] | None = None  # parsed fields, coordinate frames, generation facts
+
+
+def training_fields(reply: PolicyReply) -> tuple[list[int] | None, list[float] | None, int | None]:
+    """A reply's sampled token ids, their log-probabilities and its weights' version as plain Python values (each
+    may also come as a tuple, a numpy array or a torch tensor, or as a numpy integer), so that its record holds
+    numbers, which its reader accepts: written as text, a numpy value made the whole run unreadable. TypeError for
+    a value of another type, ValueError for two lists of different lengths."""
+    ids = _plain_list(reply.token_ids, "token_ids", _an_int)
+    lps = _plain_list(reply.logprobs, "logprobs", _a_float)
+    if ids is not None and lps is not None and len(ids) != len(lps):
+        raise ValueError(f"{len(ids)} token_ids but {len(lps)} logprobs: one log-probability per token")
+    version = None if reply.policy_version is None else _an_int(reply.policy_version, "policy_version")
+    return ids, lps, version
+
+
+def _plain_list(values: Any, what: str, item: Any) -> list[Any] | None:
+    if values is None:
+        return None
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):  # numpy arrays, torch tensors
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{what} must be a list of numbers, not {type(values).__name__}")
+    return [item(v, what) for v in values]
+
+
+def _an_int(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{what}: {value!r} is not an integer")
+    try:
+        return operator.index(value)  # ints, numpy integers, 0-d integer tensors
+    except TypeError:
+        raise TypeError(f"{what}: {type(value).__name__} {str(value)[:40]!r} is not an integer") from None
+
+
+def _a_float(value: Any, what: str) -> float:
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        raise TypeError(f"{what}: {type(value).__name__} {str(value)[:40]!r} is not a number")
+    number = float(value)
+    if math.isnan(number):
+        raise ValueError(f"{what}: NaN is not a log-probability")
+    return number
 
 
 class PolicyError(RuntimeError):

@@ -24,7 +24,7 @@ from browserpool.protocol import ERR_REFUSED, Observation
 from engine.blocklist import block_reason, retry_after_s
 from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
 from engine.load_outcome import load_outcome
-from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
+from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView, training_fields
 from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_text, mask_url
 from engine.rewards import FactVerdict, Reward, program_reward
@@ -315,6 +315,10 @@ class Rollout:
         self._set(State.RUNNING, Op.MODEL)
         reply = await self._ask_policy(index)
         t_policy = time.monotonic()
+        try:
+            token_ids, logprobs, version = training_fields(reply)
+        except (TypeError, ValueError) as exc:
+            raise PolicyError(f"the policy's reply to step {index}: {exc}") from None
         action = reply.action
         step: StepRecord = {
             "step": index, "url": self.current.url, "title": self.current.title,
@@ -323,8 +327,7 @@ class Rollout:
             **({"load": self.current_load} if self.current_load is not None else {}),
             "action": action.to_dict(), "action_text": action.describe(), "reply": reply.text,
             "thought": reply.thought, "parse_error": reply.parse_error,
-            "policy_version": (reply.policy_version if reply.policy_version is not None
-                               else self.ctx.settings.policy_version),
+            "policy_version": version if version is not None else self.ctx.settings.policy_version,
         }
         if self.current.elements is not None:
             step["elements"] = self.current.elements  # Set-of-Marks: what the numbered boxes were
@@ -334,8 +337,8 @@ class Rollout:
             step["parsed"] = reply.details
         if reply.messages is not None:
             step["messages"] = self._without_system(reply.messages)
-        if reply.token_ids is not None:
-            step["token_ids"], step["logprobs"] = reply.token_ids, reply.logprobs
+        if token_ids is not None:
+            step["token_ids"], step["logprobs"] = token_ids, logprobs
         timings = {"policy_ms": round((t_policy - t_step) * 1000, 2)}
         self.current.action = action
         self.current.reply = reply.text

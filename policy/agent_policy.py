@@ -12,7 +12,7 @@ from engine.agent.coords import CoordFrame
 from engine.agent.prompts import AgentConfig
 from engine.agent.protocol import AgentProtocol
 from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
-from engine.policy_api import Policy, PolicyReply, PolicyRequest, StepView
+from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 
 
 def generation_details(gen: Generation, sampling: SamplingParams) -> dict[str, Any]:
@@ -72,6 +72,9 @@ class AgentPolicy(Policy):
         messages, images = self.protocol.messages(request.task, request.history, view)
         gen = await self.model.generate(ChatRequest(f"{request.episode_id}/{request.step}", messages, images,
                                                     self.sampling))
+        if not isinstance(gen.text, str):  # a backend's bug: the parser and the record take text only
+            raise PolicyError(f"the model backend {self.model.name!r} returned a {type(gen.text).__name__} "
+                              "as the reply's text")
         read = self.protocol.read(gen.text, view)
         details = {**read.details, **generation_details(gen, self.sampling)}
         return PolicyReply(read.action, text=gen.text, thought=read.thought, parse_error=read.parse_error,

@@ -376,10 +376,13 @@ class OpenAIModel(LanguageModel):
                               f"{json.dumps(data)[:_ERROR_BODY_CHARS]}") from None
         if not isinstance(message, dict):
             raise PolicyError(f"request {request_id}: reply from {self.url} has a malformed message")
-        content = message.get("content") or ""
+        content = _text(message.get("content"))
         # vLLM/SGLang with a reasoning parser split the thinking off; folding it back keeps the text
         # identical to what the model generated, which the agent parser and training expect.
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        reasoning = _text(message.get("reasoning_content") or message.get("reasoning"))
+        if content is None or reasoning is None:
+            raise PolicyError(f"request {request_id}: reply from {self.url} has a message whose content is not "
+                              f"text: {json.dumps(message)[:_ERROR_BODY_CHARS]}")
         text = f"<think>{reasoning}</think>{content}" if reasoning else content
 
         logprobs: list[float] | None = None
@@ -405,6 +408,20 @@ class OpenAIModel(LanguageModel):
                           logprobs_of=self.logprobs_of if logprobs is not None else None,
                           prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
                           finish_reason=choice.get("finish_reason"), policy_version=served)
+
+
+def _text(value: Any) -> str | None:
+    """A message field as text: a string, nothing (""), or a list of content parts (the text of its text parts, in
+    order, as some servers send it); None for anything else."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        texts = [p.get("text") for p in value if p.get("type") == "text"]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(texts)
+    return None
 
 
 def _parse_version(value: Any) -> int | None:

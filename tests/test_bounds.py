@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import pytest_asyncio
 
@@ -35,6 +36,7 @@ from engine.runner import plan_episodes, run
 from engine.stats import RunStats
 from engine.store import RunStore, read_records
 from engine.tasks import load_tasks
+from policy.agent_policy import AgentPolicy
 from policy.registry import BackendConfig, make_policy
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import inproc_pool, open_session, subset
@@ -165,6 +167,43 @@ async def test_a_policy_that_never_answers_costs_its_episode_only_the_cap(
     assert 1.4 < elapsed < 8, elapsed
     assert model.started == 1
     assert_released(worker, pool)
+
+
+class ArraysTestModel(LanguageModel):
+    """A test stand-in for an in-process backend that hands back its token ids and log-probabilities as numpy
+    arrays; for a task whose id says ``ids``, a string for the ids, and for one that says ``text``, a reply whose
+    text is not a string (both: a backend's bug)."""
+
+    name = "arrays-test"
+
+    async def generate(self, request: ChatRequest) -> Generation:
+        text: Any = ('<tool_call>{"name": "computer_use", "arguments": {"action": "answer", "text": "done"}}'
+                     "</tool_call>")
+        ids: Any = "7 8 9" if "ids" in request.request_id else np.array([7, 8, 9])
+        if "text" in request.request_id:
+            text = [text]
+        return Generation(text, token_ids=ids, logprobs=np.array([-0.5, -0.25, -0.125]), policy_version=np.int64(2))
+
+
+async def test_a_backends_arrays_are_recorded_as_numbers_and_a_malformed_reply_is_a_policy_error(
+        inproc, tmp_path: Path, fixture_url: Callable[[str], str], site_server: str) -> None:
+    # Written as text, a numpy value made the run directory unreadable, and so would a string for the ids; a reply
+    # text that is not a string failed the episode as the engine's own error (internal).
+    _, pool = inproc
+    page = fixture_url("click.html")
+    tasks = task_file(tmp_path, a_task("arrays", page), a_task("bad-ids", page), a_task("bad-text", page))
+    cfg = RunConfig(tasks=str(tasks), concurrency=3, workers=1)
+    _, records = await run_on(pool, cfg, AgentPolicy(ArraysTestModel(), AgentConfig()), site_server,
+                              tmp_path / "run")
+    by_task = {r["task"]["task_id"]: r for r in records}
+    [step] = by_task["arrays"]["steps"]
+    assert (step["token_ids"], step["logprobs"], step["policy_version"]) == ([7, 8, 9], [-0.5, -0.25, -0.125], 2)
+    assert by_task["arrays"]["status"] == "success"
+    for task_id, message in (("bad-ids", "token_ids must be a list of numbers, not str"),
+                             ("bad-text", "returned a list as the reply's text")):
+        error = by_task[task_id]["error"]
+        assert by_task[task_id]["status"] == "error" and error["kind"] == "policy", error
+        assert message in error["message"], error
 
 
 # --- caps on page texts -----------------------------------------------------------------------------------------

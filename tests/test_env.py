@@ -13,7 +13,9 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from gymnasium.utils.env_checker import check_env
 
 from engine.agent.prompts import AgentConfig
@@ -129,6 +131,26 @@ async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_pa
         assert terminated and info["status"] in ("success", "failure")
     [record] = read_records(core.run_dir)  # type: ignore[arg-type]
     assert [s["action"]["name"] for s in record["steps"]] == ["answer"]
+
+
+async def test_token_ids_as_arrays_are_recorded_as_numbers_and_malformed_ones_are_refused(
+        tmp_path: Path, site_server: str) -> None:
+    # A numpy array or integer was written into the record as its text ("[1 2 3]"), which the record's reader
+    # refuses: the whole run directory could no longer be read (training, the viewer, --resume).
+    async with one_env(tmp_path, site_server) as (core, env, _tasks):
+        await env.step({"name": "wait"}, token_ids=np.array([5, 6, 7]), logprobs=torch.tensor([-0.5, -0.25, -2.0]),
+                       policy_version=np.int64(3))
+        for bad, error in ((dict(token_ids="567"), TypeError), (dict(token_ids=[1.5]), TypeError),
+                           (dict(token_ids=torch.tensor([1.0])), TypeError), (dict(policy_version="3"), TypeError),
+                           (dict(token_ids=[1], logprobs=["x"]), TypeError),
+                           (dict(token_ids=[1], logprobs=[float("nan")]), ValueError),
+                           (dict(token_ids=[1, 2], logprobs=[-0.5]), ValueError)):
+            with pytest.raises(error):
+                await env.step({"name": "wait"}, **bad)
+        await env.step({"name": "answer", "text": "done"}, token_ids=(8,), logprobs=[float("-inf")])
+    [record] = read_records(core.run_dir)  # type: ignore[arg-type]
+    assert [(s["token_ids"], s["logprobs"], s["policy_version"]) for s in record["steps"]] == [
+        ([5, 6, 7], [-0.5, -0.25, -2.0], 3), ([8], [float("-inf")], 0)]
 
 
 async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, site_server: str) -> None:

@@ -284,6 +284,13 @@ def test_malformed_replies() -> None:
         {"token": "token_id:5", "logprob": -1.0}, {"token": "b", "logprob": -2.0}]}}]}
     gen = model.parse_response(reply)
     assert gen.logprobs == [-1.0, -2.0] and gen.token_ids is None
+    # Content as a list of parts (as some servers send it): the text of its text parts. Anything else that is not
+    # text is the server's error, not a reply the parser or the record could take.
+    parts = [{"type": "text", "text": "cl"}, {"type": "image_url"}, {"type": "text", "text": "ick"}]
+    assert model.parse_response({"choices": [{"message": {"content": parts}}]}).text == "click"
+    for message in ({"content": 5}, {"content": {"text": "x"}}, {"content": "x", "reasoning_content": ["r"]}):
+        with pytest.raises(PolicyError, match="content is not text"):
+            model.parse_response({"choices": [{"message": message}]})
 
 
 def test_backoff_and_retry_after() -> None:
