@@ -74,7 +74,14 @@ def training_fields(reply: PolicyReply) -> tuple[list[int] | None, list[float] |
     """A reply's sampled token ids, their log-probabilities and its weights' version as plain Python values (each
     may also come as a tuple, a numpy array or a torch tensor, or as a numpy integer), so that its record holds
     numbers, which its reader accepts: written as text, a numpy value made the whole run unreadable. TypeError for
-    a value of another type, ValueError for two lists of different lengths."""
+    a value of another type (the reply's texts and action included), ValueError for two lists of different
+    lengths."""
+    if not isinstance(reply.action, AgentAction):
+        raise TypeError(f"the action must be an AgentAction, not {type(reply.action).__name__}")
+    for name in ("text", "thought", "parse_error"):
+        value = getattr(reply, name)
+        if not (isinstance(value, str) or (value is None and name != "text")):
+            raise TypeError(f"{name} must be a string, not {type(value).__name__}")
     ids = _plain_list(reply.token_ids, "token_ids", _an_int)
     lps = _plain_list(reply.logprobs, "logprobs", _a_float)
     if ids is not None and lps is not None and len(ids) != len(lps):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.actions import AgentAction
 from engine.api import RolloutService
 from engine.config import RunConfig
-from engine.policy_api import Policy
+from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
 from engine.store import read_records
 from engine.tasks import load_tasks
@@ -63,6 +64,28 @@ async def test_a_policy_that_cannot_start_ends_its_episodes_with_errors(tmp_path
         records = await asyncio.wait_for(service.gather(ids), 60)
     assert [r["status"] for r in records] == ["error"] * len(ids)
     assert all("weights not found" in r["error"]["message"] for r in records)
+
+
+class MistypedReplyPolicy(Policy):
+    """A policy whose replies carry a number where the record keeps text (a user's policy with a bug)."""
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        return PolicyReply(AgentAction("answer", text="done"), text=42)  # type: ignore[arg-type]
+
+
+async def test_a_policy_reply_of_the_wrong_types_is_a_policy_error_and_the_run_stays_readable(
+        tmp_path: Path) -> None:
+    # Recorded as it was, the reply made the record one its reader refuses: the whole run directory unreadable.
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    async with RolloutService(cfg, serve_sites=True) as service:
+        assert service.base_url is not None
+        tasks = load_tasks(subset(tmp_path, per_site=1), service.base_url)[:2]
+        ids = service.submit(tasks, MistypedReplyPolicy())
+        records = await asyncio.wait_for(service.gather(ids), 60)
+        run_dir = service.run_dir
+    assert [(r["status"], r["error"]["kind"]) for r in records] == [("error", "policy")] * 2
+    assert all("text must be a string, not int" in r["error"]["message"] for r in records)
+    assert run_dir is not None and len(read_records(run_dir)) == 2
 
 
 async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server: str) -> None:
