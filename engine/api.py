@@ -55,6 +55,9 @@ class RolloutService:
 
     @property
     def stats(self) -> RunStats:
+        """The service's figures so far (the pool's memory and restart figures as of now, not of the last
+        once-a-second update)."""
+        self.core.take_pool_figures()
         return self.core.stats
 
     @property

@@ -526,14 +526,15 @@ class EngineCore:
         # The workers report their browsers' memory in their heartbeats (the pool keeps the peak): the run's
         # stats take the pool's figures once a second, with no reads of /proc here.
         while True:
-            self._take_pool_figures()
+            self.take_pool_figures()
             await asyncio.sleep(1.0)
 
-    def _take_pool_figures(self) -> None:
+    def take_pool_figures(self) -> None:
+        """Copy the pool's figures (peak browser memory, worker restarts) into the run's stats."""
         if self.pool is not None:
             self.stats.peak_browser_pss = max(self.stats.peak_browser_pss, self.pool.peak_browser_pss)
             self.stats.worker_restarts = self.pool.restarts
 
     def _finish_stats(self) -> None:
-        self._take_pool_figures()
+        self.take_pool_figures()
         self.stats.finished_at = time.monotonic()
