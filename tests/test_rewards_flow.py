@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -145,6 +147,39 @@ async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Pa
     calls = len(judge_server.received)
     assert await judge_cli("--all") == 0  # every verdict is cached: no new calls
     assert len(judge_server.received) == calls
+
+
+async def test_the_judge_sends_no_file_from_outside_the_run_directory(tmp_path: Path, sites: str,
+                                                                     judge_server: ChatTestServer) -> None:
+    # A run directory may come from elsewhere. Before, its records' screenshot references were read wherever they
+    # pointed, and re-judging it sent those files to the judge's server.
+    tasks = subset(tmp_path, per_site=1)
+    judge_server.fail_next(10_000, 500, message="judge down")
+    try:
+        _, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
+                               judge=judge_of(tmp_path, judge_server, retries=1))
+    finally:
+        judge_server.clear_faults()
+    records = raw_records(run_dir)
+    shot = run_dir / records[0]["steps"][0]["screenshot"]
+    secret = tmp_path / "private.jpg"
+    secret.write_bytes(shot.read_bytes() + b"PRIVATE-BYTES")  # still a JPEG that a judge would take
+    (run_dir / "frames" / "escape.jpg").symlink_to(secret)
+    for ref, record in zip([str(secret), "frames/../../private.jpg", "frames/escape.jpg"], records, strict=False):
+        for step in record["steps"]:
+            step["screenshot"] = ref
+        record["final"]["screenshot"] = ref
+    (run_dir / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    calls = len(judge_server.received)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
+        "--judge-model", "judge", stderr=asyncio.subprocess.PIPE)
+    await proc.communicate()
+    sent = [base64.b64decode(b) for b in re.findall(r"base64,([A-Za-z0-9+/=]+)",
+                                                    json.dumps([r.payload for r in judge_server.received[calls:]]))]
+    assert sent and not any(b.endswith(b"PRIVATE-BYTES") for b in sent)  # the fourth episode's own were sent
+    errors = [json.loads(line)["error"] for line in (run_dir / "judgements.jsonl").read_text().splitlines()]
+    assert sum("outside the run directory's frames/" in (e or "") for e in errors) == 3, errors
 
 
 async def test_auto_reward_prefers_the_task_checks(tmp_path: Path, sites: str, judge_server: ChatTestServer) -> None:

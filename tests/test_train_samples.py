@@ -109,10 +109,14 @@ def test_mismatches_are_skipped_with_the_reason_or_raised(hf_run: Path, proc: Pr
     bad["steps"][0]["reply"] = bad["steps"][0]["reply"] + " edited"  # no longer what the tokens decode to
     bad["steps"][1]["messages"][0]["content"][0]["text"] += " (changed)"  # not the prompt the model saw
     bad["steps"][2].pop("messages")  # as a scripted step
+    # An image from outside the run directory (a run directory may come from elsewhere): never read.
+    [image] = [part for m in bad["steps"][3]["messages"] if isinstance(m["content"], list)
+               for part in m["content"] if part.get("type") == "image"][:1]
+    image["image"] = str((hf_run / image["image"]).resolve())
     result = samples_from_records(proc, [bad], hf_run)
     assert result.skipped == {"target mismatch": 1, "prompt mismatch": 1,
-                              "no messages (not a model policy's step)": 1}
-    assert len(result) == len(bad["steps"]) - 3
+                              "no messages (not a model policy's step)": 1, "image": 1}
+    assert len(result) == len(bad["steps"]) - 4
     with pytest.raises(SampleError, match="target mismatch"):
         samples_from_records(proc, [bad], hf_run, on_mismatch="raise")
     # Without recorded tokens the reply is tokenized and the end-of-turn token appended (no behaviour log-probs).

@@ -35,7 +35,7 @@ from engine.agent.prompts import AgentConfig
 from engine.model_api import LanguageModel
 from engine.policy_api import StepView
 from engine.records import EpisodeRecord, StepRecord, TaskRecord
-from engine.store import read_records
+from engine.store import frame_file, read_records
 from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
 
@@ -124,7 +124,7 @@ def _viewport(run_dir: Path, step: StepRecord, manifest: dict[str, Any]) -> tupl
     if worker.get("viewport_width") and worker.get("viewport_height"):
         return int(worker["viewport_width"]), int(worker["viewport_height"])
     # No manifest: the screenshot's size (the workers capture at device scale factor 1).
-    return codec.jpeg_size((run_dir / step["screenshot"]).read_bytes())
+    return codec.jpeg_size(frame_file(run_dir, step.get("screenshot")).read_bytes())
 
 
 def demonstration_record(record: EpisodeRecord, run_dir: str | Path, cfg: AgentConfig | None = None, *,

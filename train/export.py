@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.agent.prompts import AgentConfig
 from engine.records import EpisodeRecord, StepRecord
-from engine.store import read_records
+from engine.store import frame_file, read_records
 from train.demos import demonstration_record
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -54,7 +54,7 @@ def step_conversation(record: EpisodeRecord, step: StepRecord, run_dir: Path,
     images: list[str] = []
 
     def image_path(ref: str) -> str:
-        path = (run_dir / ref).resolve()
+        path = frame_file(run_dir, ref)
         return str(path.relative_to(relative_to.resolve())) if relative_to is not None else str(path)
 
     system = record.get("system_prompt")
