@@ -370,6 +370,9 @@ HEAD_TIMEOUT_S = 60.0  # a connection that never sends a complete request head i
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                          b"proxy-authenticate", b"te", b"trailer", b"upgrade"})
 _PIPE_CHUNK = 64 * 1024
+# Interim (1xx) response heads passed on before the final one: a server sends one or two (100 Continue, 103 Early
+# Hints); one that never stops would otherwise have them relayed for as long as it likes.
+MAX_INTERIM_HEADS = 16
 
 # A refused load: the page shows this (plain http) and the favicon is not fetched again through the proxy.
 _REFUSED_PAGE = ("<!doctype html><html><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
@@ -405,8 +408,9 @@ def _content_length(headers: list[bytes]) -> int | None:
 
 
 async def _relay_head(u_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> bool:
-    """Pass the upstream response head on with ``Connection: close`` (interim 1xx heads as they are); False when
-    the upstream side sent no well-formed head."""
+    """Pass the upstream response head on with ``Connection: close`` (interim 1xx heads as they are, at most
+    MAX_INTERIM_HEADS of them); False when the upstream side sent no well-formed head."""
+    interim = 0
     while True:
         try:
             head = await u_reader.readuntil(b"\r\n\r\n")
@@ -415,7 +419,14 @@ async def _relay_head(u_reader: asyncio.StreamReader, c_writer: asyncio.StreamWr
         status, _, rest = head.partition(b"\r\n")
         code = status.split(b" ", 2)[1] if status.count(b" ") >= 1 else b""
         if code.startswith(b"1") and code != b"101":
+            interim += 1
+            if interim > MAX_INTERIM_HEADS:
+                return False
             c_writer.write(head)
+            try:
+                await c_writer.drain()  # at the client's pace: unread heads must not pile up here
+            except (ConnectionError, OSError):
+                return False
             continue
         c_writer.write(status + b"\r\n" + b"".join(h + b"\r\n" for h in _end_to_end(rest))
                        + b"Connection: close\r\nProxy-Connection: close\r\n\r\n")

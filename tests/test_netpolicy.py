@@ -23,7 +23,15 @@ import pytest
 import pytest_asyncio
 
 from browserpool.config import WorkerConfig
-from browserpool.netpolicy import ContextProxy, Entry, NetPolicy, Verdict, bypass_list, classify
+from browserpool.netpolicy import (
+    MAX_INTERIM_HEADS,
+    ContextProxy,
+    Entry,
+    NetPolicy,
+    Verdict,
+    bypass_list,
+    classify,
+)
 from browserpool.pool import BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction, Observation, PageEvent
 from browserpool.worker import BrowserWorker
@@ -360,6 +368,38 @@ async def test_proxy_forwards_allowed_loads_to_the_checked_address(helper: Count
         assert (await http_via(proxy, "CONNECT nohost HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
     finally:
         await proxy.close()
+
+
+async def test_interim_response_heads_are_relayed_up_to_a_cap() -> None:
+    # A server that sends 1xx heads without end had each one relayed, with no wait for the client to read them:
+    # the worker's memory grew by about 18 MiB a second while the client did not read.
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        try:
+            if b"/endless" in request:
+                while True:
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 100)
+                    await writer.drain()
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+                         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    proxy = ContextProxy(NetPolicy(allow=[f"127.0.0.1:{port}"]))
+    await proxy.start()
+    try:
+        data = await http_via(proxy, f"GET http://127.0.0.1:{port}/fine HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert data.count(b"HTTP/1.1 1") == 2 and b"HTTP/1.1 200 OK" in data and data.endswith(b"ok")
+        data = await http_via(proxy, f"GET http://127.0.0.1:{port}/endless HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert data == b"HTTP/1.1 100 Continue\r\n\r\n" * MAX_INTERIM_HEADS  # then the proxy closed it
+    finally:
+        await proxy.close()
+        server.close()
 
 
 async def test_a_kept_alive_connection_never_carries_a_second_request_to_the_first_host(
