@@ -43,6 +43,7 @@ import ipaddress
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from browserpool.request_rules import RequestRules
@@ -373,6 +374,13 @@ _PIPE_CHUNK = 64 * 1024
 # Interim (1xx) response heads passed on before the final one: a server sends one or two (100 Continue, 103 Early
 # Hints); one that never stops would otherwise have them relayed for as long as it likes.
 MAX_INTERIM_HEADS = 16
+# Name lookups of one context's pages in the resolver's threads at once. A lookup holds its thread until the
+# resolver answers or gives up (seconds, when a DNS server drops queries), even after its load was abandoned, and the
+# worker's contexts share a few threads: without a cap, one page could hold them all, and every other episode of
+# the worker would wait for its names.
+DNS_LOOKUPS_PER_CONTEXT = 4
+# The resolver's threads a worker asks for (libuv's default is 4: two slow pages would hold them all).
+RESOLVER_THREADS = 32
 
 # A refused load: the page shows this (plain http) and the favicon is not fetched again through the proxy.
 _REFUSED_PAGE = ("<!doctype html><html><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
@@ -467,6 +475,7 @@ class ContextProxy:
         self.on_unreachable = on_unreachable
         self.hosts = {_norm_host(k): v for k, v in (hosts or {}).items()}
         self.connect_timeout_s = connect_timeout_s
+        self._lookups = asyncio.Semaphore(DNS_LOOKUPS_PER_CONTEXT)
         self.origins: set[str] = set()  # every origin a load went to (its storage is cleared between episodes)
         self.requests = 0
         self.refused = 0
@@ -638,7 +647,11 @@ class ContextProxy:
         if mapped is not None:
             return [ipaddress.ip_address(a.strip()) for a in mapped.split(",")]
         async with asyncio.timeout(self.connect_timeout_s):
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            await self._lookups.acquire()
+            # The slot is this lookup's until the resolver is done with it, not until this wait ends.
+            lookup = asyncio.ensure_future(self._getaddrinfo(host, port))
+            lookup.add_done_callback(self._lookup_done)
+            infos = await asyncio.shield(lookup)
         out: list[IPAddress] = []
         for *_, sockaddr in infos:
             addr = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -647,6 +660,14 @@ class ContextProxy:
         if not out:
             raise OSError(f"no address for {host}")
         return out
+
+    async def _getaddrinfo(self, host: str, port: int) -> list[Any]:
+        return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+    def _lookup_done(self, lookup: asyncio.Future[Any]) -> None:
+        self._lookups.release()
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: an abandoned lookup's failure is nobody's to report
 
     async def _pipe(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter,
                     u_reader: asyncio.StreamReader, u_writer: asyncio.StreamWriter, body_bytes: int | None = None,

@@ -34,7 +34,7 @@ from browserpool.config import WorkerConfig
 from browserpool.consent import CONSENT_MODES, consent_script
 from browserpool.instance import Instance
 from browserpool.memory import tree_pss_bytes
-from browserpool.netpolicy import ContextProxy, NetPolicy, bypass_list, engine_sites
+from browserpool.netpolicy import RESOLVER_THREADS, ContextProxy, NetPolicy, bypass_list, engine_sites
 from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung, TabClosed
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
 from browserpool.request_rules import RequestRules
@@ -942,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
         # Started by hand: the worker is its own instance, so its ring is named after itself (the engine maps only
         # rings under the naming scheme, and a later engine on this host reaps it if this worker is killed).
         cfg.shm_name = Instance.current().new_shm_name(cfg.worker_id)
+    # The network proxies' name lookups run in libuv's thread pool (4 threads unless told), shared by all of this
+    # worker's contexts; each context may hold at most DNS_LOOKUPS_PER_CONTEXT of them (netpolicy).
+    os.environ.setdefault("UV_THREADPOOL_SIZE", str(RESOLVER_THREADS))
     try:
         import uvloop
         return uvloop.run(serve(BrowserWorker(cfg), engine, args.tmp_dir))

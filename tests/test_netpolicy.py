@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +25,7 @@ import pytest_asyncio
 
 from browserpool.config import WorkerConfig
 from browserpool.netpolicy import (
+    DNS_LOOKUPS_PER_CONTEXT,
     MAX_INTERIM_HEADS,
     ContextProxy,
     Entry,
@@ -35,7 +37,7 @@ from browserpool.netpolicy import (
 from browserpool.pool import BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction, Observation, PageEvent
 from browserpool.worker import BrowserWorker
-from tests.conftest import FIXTURES_DIR, inproc_pool, open_session
+from tests.conftest import FIXTURES_DIR, inproc_pool, open_session, until
 
 # --- the rule engine ---------------------------------------------------------------------------------------
 
@@ -400,6 +402,45 @@ async def test_interim_response_heads_are_relayed_up_to_a_cap() -> None:
     finally:
         await proxy.close()
         server.close()
+
+
+async def test_a_pages_name_lookups_cannot_take_every_resolver_thread(helper: CountingServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lookup holds a resolver thread until the DNS server answers, even after its load was given up, and a
+    # worker's contexts share a few such threads. A test stand-in for a DNS server that drops queries: a lookup of
+    # a *.drop.test name that blocks its thread for 1.5 s.
+    active, peak = 0, 0
+
+    async def lookup(self: ContextProxy, host: str, port: int) -> list[Any]:
+        nonlocal active, peak
+        if not host.endswith(".drop.test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        active += 1
+        peak = max(peak, active)
+        try:
+            await asyncio.to_thread(time.sleep, 1.5)
+            raise OSError("no answer")
+        finally:
+            active -= 1
+
+    monkeypatch.setattr(ContextProxy, "_getaddrinfo", lookup)
+    greedy = ContextProxy(NetPolicy(allow=[f"127.0.0.1:{helper.port}"]), connect_timeout_s=0.5)
+    other = ContextProxy(NetPolicy(allow=[f"127.0.0.1:{helper.port}"]))
+    await greedy.start()
+    await other.start()
+    try:
+        loads = [http_via(greedy, f"GET http://n{i}.drop.test/ HTTP/1.1\r\nHost: n{i}.drop.test\r\n\r\n")
+                 for i in range(8)]
+        answers = await asyncio.gather(*loads)
+        # Each load gave up on its lookup; at most DNS_LOOKUPS_PER_CONTEXT of them held a thread at once.
+        assert all(a.startswith(b"HTTP/1.1 502 ") for a in answers) and peak == DNS_LOOKUPS_PER_CONTEXT
+        t0 = time.monotonic()
+        data = await http_via(other, f"GET http://named.test:{helper.port}/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert data.startswith(b"HTTP/1.1 200 ") and time.monotonic() - t0 < 1.0  # another context's name: at once
+    finally:
+        await greedy.close()
+        await other.close()
+    assert await until(lambda: active == 0, timeout_s=5)  # the abandoned lookups ended, their slots with them
 
 
 async def test_a_kept_alive_connection_never_carries_a_second_request_to_the_first_host(
