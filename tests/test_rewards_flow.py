@@ -20,6 +20,7 @@ from engine.env import AsyncWebEnv
 from engine.judge import JudgeConfig, RubricJudge
 from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.runner import run
+from engine.stats import RunStats
 from engine.store import read_records
 from engine.tasks import load_tasks
 from policy.registry import make_judge, make_policy
@@ -119,33 +120,40 @@ async def test_the_judge_never_holds_up_the_rollouts(tmp_path: Path, sites: str,
     assert stats.summary()["succeeded"] == n and stats.summary()["judge_pending"] == 0
 
 
-async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Path, sites: str,
-                                                                   judge_server: ChatTestServer) -> None:
+async def run_with_the_judge_down(tmp_path: Path, sites: str, judge_server: ChatTestServer
+                                  ) -> tuple[RunStats, Path, int]:
+    """(stats, run directory, episodes) of a run of one task per site whose judge fails every call."""
     tasks = subset(tmp_path, per_site=1)
-    n = len(tasks.read_text().splitlines())
     judge_server.fail_next(10_000, 500, message="judge down")
     try:
         stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
                                    judge=judge_of(tmp_path, judge_server, retries=1))
     finally:
         judge_server.clear_faults()
+    return stats, run_dir, len(tasks.read_text().splitlines())
+
+
+async def judge_cli(run_dir: Path, judge_server: ChatTestServer, *extra: str) -> int:
+    """``webgym-engine judge RUN_DIR``: a real subprocess, awaited without blocking this loop (it serves the test
+    server)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
+        "--judge-model", "judge", *extra, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert b"judged" in err, err.decode()
+    return proc.returncode or 0
+
+
+async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Path, sites: str,
+                                                                   judge_server: ChatTestServer) -> None:
+    stats, run_dir, n = await run_with_the_judge_down(tmp_path, sites, judge_server)
     records = read_records(run_dir)
     assert len(records) == n and stats.summary()["judge_pending"] == n and stats.summary()["lost"] == 0
     assert all(r["status"] == "judge_pending" and "judge down" in r["judge_error"] for r in records)
-
-    async def judge_cli(*extra: str) -> int:
-        # A real subprocess, awaited without blocking this loop, which serves the test server.
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cli.main", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
-            "--judge-model", "judge", *extra, stderr=asyncio.subprocess.PIPE)
-        _, err = await proc.communicate()
-        assert b"judged" in err, err.decode()
-        return proc.returncode or 0
-
-    assert await judge_cli() == 0
+    assert await judge_cli(run_dir, judge_server) == 0
     assert {r["status"] for r in read_records(run_dir)} == {"success"}
     calls = len(judge_server.received)
-    assert await judge_cli("--all") == 0  # every verdict is cached: no new calls
+    assert await judge_cli(run_dir, judge_server, "--all") == 0  # every verdict is cached: no new calls
     assert len(judge_server.received) == calls
 
 
@@ -153,13 +161,7 @@ async def test_the_judge_sends_no_file_from_outside_the_run_directory(tmp_path: 
                                                                      judge_server: ChatTestServer) -> None:
     # A run directory may come from elsewhere. Before, its records' screenshot references were read wherever they
     # pointed, and re-judging it sent those files to the judge's server.
-    tasks = subset(tmp_path, per_site=1)
-    judge_server.fail_next(10_000, 500, message="judge down")
-    try:
-        _, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
-                               judge=judge_of(tmp_path, judge_server, retries=1))
-    finally:
-        judge_server.clear_faults()
+    _, run_dir, _ = await run_with_the_judge_down(tmp_path, sites, judge_server)
     records = raw_records(run_dir)
     shot = run_dir / records[0]["steps"][0]["screenshot"]
     secret = tmp_path / "private.jpg"
@@ -171,10 +173,7 @@ async def test_the_judge_sends_no_file_from_outside_the_run_directory(tmp_path: 
         record["final"]["screenshot"] = ref
     (run_dir / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     calls = len(judge_server.received)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
-        "--judge-model", "judge", stderr=asyncio.subprocess.PIPE)
-    await proc.communicate()
+    await judge_cli(run_dir, judge_server)
     sent = [base64.b64decode(b) for b in re.findall(r"base64,([A-Za-z0-9+/=]+)",
                                                     json.dumps([r.payload for r in judge_server.received[calls:]]))]
     assert sent and not any(b.endswith(b"PRIVATE-BYTES") for b in sent)  # the fourth episode's own were sent
