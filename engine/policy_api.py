@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,7 +91,7 @@ def training_fields(reply: PolicyReply) -> tuple[list[int] | None, list[float] |
     return ids, lps, version
 
 
-def _plain_list(values: Any, what: str, item: Any) -> list[Any] | None:
+def _plain_list(values: Any, what: str, item: Callable[[Any, str], Any]) -> list[Any] | None:
     if values is None:
         return None
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):  # numpy arrays, torch tensors
