@@ -61,6 +61,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _host_name(host: str) -> str:
+    """The name or address of a Host header, without its port or IPv6 brackets."""
+    host = host.lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
 class BrowserServer:
     """The Omniboxes API over one engine core (module docstring). ``await start()``, then ``await close()``."""
 
@@ -69,7 +77,8 @@ class BrowserServer:
         self.cfg = cfg
         self.leases = LeaseTable(core, cfg.capacity, lifetime_max_mins=cfg.lifetime_max_mins, record=cfg.record,
                                  lease_wait_s=cfg.lease_wait_s)
-        self.app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[self._errors, self._auth])
+        self.app = web.Application(client_max_size=cfg.max_body_bytes,
+                                   middlewares=[self._errors, self._programs_only, self._auth])
         self.app.add_routes([
             web.post("/get", self.get), web.post("/reset", self.reset), web.get("/screenshot", self.screenshot),
             web.post("/execute", self.execute), web.get("/metadata", self.metadata), web.get("/probe", self.probe),
@@ -121,6 +130,22 @@ class BrowserServer:
         except Exception:
             log.exception("error in %s %s", request.method, request.path)
             return web.Response(status=500, text="Internal Server Error")
+
+    @web.middleware
+    async def _programs_only(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Refuse what a web page in a browser on this machine could send. A page of any site may POST to a server
+        on loopback without asking first (a no-cors fetch), enough to take every lease; a site that points its own
+        name at 127.0.0.1 (DNS rebinding) could drive the browsers and read their screenshots. Browsers mark such
+        requests (Origin, Sec-Fetch-Site) and name the site's host; the API's clients are programs, which do neither."""
+        site = request.headers.get("Sec-Fetch-Site")
+        origin = request.headers.get("Origin")
+        if (site is not None and site not in ("same-origin", "none")) or (origin is not None and origin != self.url):
+            raise LeaseError(403, "requests from web pages are refused: this API is for programs")
+        host = request.headers.get("Host")  # (a browser always sends one)
+        if host is not None and is_loopback(self.cfg.host) and not is_loopback(_host_name(host)):
+            raise LeaseError(403, f"Host {host[:100]!r} is not a loopback name: this server listens on "
+                                  f"{self.cfg.host} only")
+        return await handler(request)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -223,6 +223,24 @@ async def test_bad_input_gets_a_clear_4xx_and_harms_no_other_lease(
     await client.reset(lease)
 
 
+async def test_requests_a_web_page_could_send_are_refused(served: tuple[EngineCore, BrowserServer],
+                                                          client: OmniboxClient) -> None:
+    # Before, any site open in a browser on this machine could take every lease with no-cors POSTs to loopback, and
+    # one that pointed its own name at 127.0.0.1 could drive the browsers and read their screenshots.
+    table = served[1].leases
+    before = len(table.leases)
+    for headers in ({"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+                    {"Sec-Fetch-Site": "same-site"}, {"Origin": "null"},
+                    {"Host": "evil.example:7000", "Sec-Fetch-Site": "same-origin"}):
+        got, body, _ = await client.request("POST", "/get", params={"lifetime_mins": 5}, headers=headers)
+        assert got == 403 and ("web pages" in body["detail"] or "loopback" in body["detail"]), (headers, body)
+    assert len(table.leases) == before
+    # Programs, and a browser's own navigation to the server (Sec-Fetch-Site: none), are served as before.
+    for headers in ({}, {"Host": "localhost:7000"}, {"Sec-Fetch-Site": "none"}):
+        got, body, _ = await client.request("GET", "/info", headers=headers)
+        assert got == 200, (headers, body)
+
+
 async def test_a_full_server_answers_503_and_an_unused_lease_expires(
         served: tuple[EngineCore, BrowserServer], client: OmniboxClient) -> None:
     table = served[1].leases
