@@ -17,8 +17,9 @@ from cli.options import check_net_policy, check_sockets, net_policy_options, wor
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.gc_tuning import tune_for_engine_process
+from engine.local_only import is_loopback
 from engine.shutdown import Terminated, until_signal
-from server.app import BrowserServer, ServerConfig, is_loopback
+from server.app import BrowserServer, ServerConfig
 
 DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients read the key from
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import json
 import logging
 import time
@@ -25,6 +24,7 @@ from aiohttp import web
 from browserpool.pool import BrowserOpError, WorkerLost
 from browserpool.protocol import ERR_BROWSER, ERR_HUNG, ERR_NO_EPISODE
 from engine.core import EngineCore
+from engine.local_only import web_page_refusal
 from server.commands import COMMANDS, CommandError, action_record, capture, decode_args
 from server.leases import Lease, LeaseError, LeaseTable
 
@@ -49,24 +49,6 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20  # larger request bodies get a 413
     expiry_check_s: float = 5.0
     lease_wait_s: float = 5.0  # how long /get waits for a browser worker with room before its 503
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` binds only the loopback interface."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_name(host: str) -> str:
-    """The name or address of a Host header, without its port or IPv6 brackets."""
-    host = host.lower()
-    if host.startswith("["):
-        return host[1:].split("]", 1)[0]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class BrowserServer:
@@ -133,18 +115,11 @@ class BrowserServer:
 
     @web.middleware
     async def _programs_only(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Refuse what a web page in a browser on this machine could send. A page of any site may POST to a server
-        on loopback without asking first (a no-cors fetch), enough to take every lease; a site that points its own
-        name at 127.0.0.1 (DNS rebinding) could drive the browsers and read their screenshots. Browsers mark such
-        requests (Origin, Sec-Fetch-Site) and name the site's host; the API's clients are programs, which do neither."""
-        site = request.headers.get("Sec-Fetch-Site")
-        origin = request.headers.get("Origin")
-        if (site is not None and site not in ("same-origin", "none")) or (origin is not None and origin != self.url):
-            raise LeaseError(403, "requests from web pages are refused: this API is for programs")
-        host = request.headers.get("Host")  # (a browser always sends one)
-        if host is not None and is_loopback(self.cfg.host) and not is_loopback(_host_name(host)):
-            raise LeaseError(403, f"Host {host[:100]!r} is not a loopback name: this server listens on "
-                                  f"{self.cfg.host} only")
+        """Refuse what a web page in a browser on this machine could send (engine.local_only): a page of any site
+        could take every lease; one that points its own name at 127.0.0.1 could drive the browsers."""
+        refusal = web_page_refusal(request.headers, self.cfg.host, self.url)
+        if refusal is not None:
+            raise LeaseError(403, f"{refusal}: this API is for programs")
         return await handler(request)
 
     @web.middleware

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -269,6 +270,16 @@ async def test_cli_prints_the_report_path(real_run: Path) -> None:
         shot = read_records(real_run)[0]["steps"][0]["screenshot"]
         with urllib.request.urlopen(f"{base}/{shot}", timeout=10) as resp:
             assert resp.read() == (real_run / shot).read_bytes()  # the frames as stored, not re-encoded
+        # Nothing for a web page of another site (a site that points its name at 127.0.0.1 could read the run),
+        # and no file that a link leads to out of the run directory.
+        outside = real_run.parent / "outside.txt"
+        outside.write_text("not the run's")
+        (real_run / "frames" / "link.txt").symlink_to(outside)
+        for path, headers, status in ((shot, {"Host": "evil.example"}, 403),
+                                      (shot, {"Sec-Fetch-Site": "cross-site"}, 403), ("frames/link.txt", {}, 404)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(f"{base}/{path}", headers=headers), timeout=10)
+            assert refused.value.code == status, (path, headers)
     finally:
         server.shutdown()
         server.server_close()

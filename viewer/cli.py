@@ -10,19 +10,35 @@ import http.server
 import threading
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 import click
 
+from engine.local_only import web_page_refusal
 from viewer.report import build_report
 
 
 def serve(run_dir: Path, port: int) -> http.server.ThreadingHTTPServer:
     """An HTTP server on 127.0.0.1 for the run directory (the report plus the frames it references)."""
-    handler = functools.partial(_QuietHandler, directory=str(run_dir))
+    handler = functools.partial(_RunDirHandler, directory=str(Path(run_dir).resolve()))
     return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _RunDirHandler(http.server.SimpleHTTPRequestHandler):
+    """The run directory for a browser on this machine, and nothing for a web page of another site
+    (engine.local_only: a site that points its name at 127.0.0.1 could read the run's screenshots and prompts), nor
+    a file that a link leads to out of the run directory (a run directory may come from elsewhere)."""
+
+    def send_head(self) -> Any:
+        refusal = web_page_refusal(self.headers, "127.0.0.1")
+        if refusal is not None:
+            self.send_error(403, refusal)
+            return None
+        if not Path(self.translate_path(self.path)).resolve().is_relative_to(self.directory):
+            self.send_error(404, "outside the run directory")
+            return None
+        return super().send_head()
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass  # one line per screenshot would bury the URL printed at start
 
