@@ -63,19 +63,23 @@ def frames_name(episode_id: str) -> str:
     return f"{_SAFE.sub('_', episode_id)[:64]}-{digest}"
 
 
+class FrameRefError(ValueError):
+    """A record's screenshot reference that leads out of its run directory's ``frames/`` (see :func:`frame_file`)."""
+
+
 def frame_file(run_dir: str | Path, ref: Any) -> Path:
     """The file of a record's screenshot reference (``frames/<episode>/NNN.jpg``, relative to the run directory).
 
     A run directory may come from elsewhere (a shared dataset of trajectories), and its records must not make the
     judge send, or training read, any other file: a reference that leads out of ``frames/`` (an absolute path,
-    ``..``, a link that points outside) raises ValueError. ``frames/`` itself may be a link (frames kept on
-    another disk)."""
+    ``..``, a link that points outside) raises FrameRefError (a ValueError). ``frames/`` itself may be a link
+    (frames kept on another disk)."""
     frames = (Path(run_dir) / "frames").resolve()
     if not isinstance(ref, str) or not ref.startswith("frames/"):
-        raise ValueError(f"a screenshot reference outside the run directory's frames/: {str(ref)[:200]!r}")
+        raise FrameRefError(f"a screenshot reference outside the run directory's frames/: {str(ref)[:200]!r}")
     path = (frames / ref.removeprefix("frames/")).resolve()
     if not path.is_relative_to(frames):
-        raise ValueError(f"a screenshot reference outside the run directory's frames/: {ref[:200]!r}")
+        raise FrameRefError(f"a screenshot reference outside the run directory's frames/: {ref[:200]!r}")
     return path
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,18 @@ def test_export_sharegpt_of_a_scripted_run_and_the_command(scripted_run: Path, t
     assert len(rows) == n_steps and all(p.startswith("frames/") for r in rows for p in r["images"])
     res = runner.invoke(export, [str(scripted_run)])  # the default output in the run directory
     assert res.exit_code == 0 and (scripted_run / "export-sharegpt.json").is_file()
+
+
+def test_a_step_whose_image_lies_outside_the_run_directory_is_left_out(scripted_run: Path, tmp_path: Path) -> None:
+    # A run directory may come from elsewhere: its records must not bring other files into a data set.
+    run = tmp_path / "run"
+    shutil.copytree(scripted_run, run, symlinks=True)
+    records = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    records[0]["steps"][0]["screenshot"] = "/etc/hostname"
+    (run / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = export_sharegpt(run, tmp_path / "sft.json")
+    n_steps = sum(len(r["steps"]) for r in records)
+    # The first step, and the next ones whose context window shows its screenshot.
+    left_out = result["skipped"]["an image outside the run directory"]
+    assert left_out >= 1 and result["samples"] == n_steps - left_out
+    assert "/etc/hostname" not in (tmp_path / "sft.json").read_text()

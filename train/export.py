@@ -28,10 +28,13 @@ from typing import Any
 
 from engine.agent.prompts import AgentConfig
 from engine.records import EpisodeRecord, StepRecord
-from engine.store import frame_file, read_records
+from engine.store import FrameRefError, frame_file, read_records
 from train.demos import demonstration_record
 
 IMAGE_PLACEHOLDER = "<image>"
+
+
+_OUTSIDE = "an image outside the run directory"
 
 
 def _turn_text(content: Any, images: list[str], image_path: Any) -> str:
@@ -95,14 +98,21 @@ def sharegpt_samples(records: Iterable[EpisodeRecord], run_dir: str | Path, *, o
             counts["not successful"] = counts.get("not successful", 0) + 1
             continue
         steps = record.get("steps") or []
-        if steps and not any(s.get("messages") for s in steps):
-            record = demonstration_record(record, run_dir, agent, manifest=manifest)
-            steps = record["steps"]
+        try:
+            if steps and not any(s.get("messages") for s in steps):
+                record = demonstration_record(record, run_dir, agent, manifest=manifest)
+                steps = record["steps"]
+        except FrameRefError:  # a run directory from elsewhere: its images are never read
+            counts[_OUTSIDE] = counts.get(_OUTSIDE, 0) + len(steps)
+            continue
         for step in steps:
             if not step.get("messages"):
                 counts["no messages"] = counts.get("no messages", 0) + 1
                 continue
-            out.append(step_conversation(record, step, run_dir, rel))
+            try:
+                out.append(step_conversation(record, step, run_dir, rel))
+            except FrameRefError:
+                counts[_OUTSIDE] = counts.get(_OUTSIDE, 0) + 1
     return out
 
 
