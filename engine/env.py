@@ -144,9 +144,9 @@ class AsyncWebEnv:
             raise RuntimeError("reset() the environment first (the last episode has ended)")
         reply = self._reply(action, rollout)
         reply.token_ids, reply.logprobs, reply.policy_version = token_ids, logprobs, policy_version
-        # The caller's mistake (a string for a token id, lists of different lengths) is raised here, before
-        # anything is sent; numpy arrays and torch tensors are taken as lists.
-        reply.token_ids, reply.logprobs, reply.policy_version = training_fields(reply)
+        # The caller's mistake (a string for a token id, lists of different lengths) is raised here, before anything
+        # is sent; the rollout records the values as plain numbers (numpy arrays and torch tensors as lists).
+        training_fields(reply)
         policy.reply.set_result(reply)
         try:
             request = await self._next_request()

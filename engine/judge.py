@@ -323,7 +323,7 @@ class RubricJudge:
             return reward(0.0, "no screenshots")
         task_text = task.task_name
         steps_text = _quoted("\n".join(f"{i}. {s}" for i, s in enumerate(steps, 1))) if steps else _NO_STEPS
-        answer = _quoted(answer)
+        answer_text = _quoted(answer)
         images = dict(screenshots)
 
         # 0. keypoint filter (the final screenshot is kept without asking)
@@ -345,7 +345,7 @@ class RubricJudge:
 
         # 2. anti-hallucination
         call = _Call("hallucination", _user_message(
-            HALLUCINATION_PROMPT.format(task=task_text, steps=steps_text, answer=answer), kept_parts), kept_images)
+            HALLUCINATION_PROMPT.format(task=task_text, steps=steps_text, answer=answer_text), kept_parts), kept_images)
         supported, rec = await self._ask(ep, call)
         evidence["hallucination"] = {"supported": supported, "reason": rec["reason"], "call": rec["index"]}
         if not supported:
@@ -355,7 +355,7 @@ class RubricJudge:
         facts: list[FactVerdict] = []
         for (group, fact), item in zip(items, rubric, strict=True):
             call = _Call("fact", _user_message(
-                FACT_PROMPT.format(task=task_text, steps=steps_text, answer=answer, fact=item), kept_parts),
+                FACT_PROMPT.format(task=task_text, steps=steps_text, answer=answer_text, fact=item), kept_parts),
                 kept_images)
             passed, rec = await self._ask(ep, call)
             facts.append(FactVerdict(group, fact, "judge", passed, rec["reason"]))
@@ -367,7 +367,7 @@ class RubricJudge:
         # 4. reference answer (text only: both answers are text)
         if reference:
             call = _Call("reference", _user_message(
-                REFERENCE_PROMPT.format(task=task_text, reference=reference, answer=answer), []), {})
+                REFERENCE_PROMPT.format(task=task_text, reference=reference, answer=answer_text), []), {})
             agrees, rec = await self._ask(ep, call)
             evidence["reference"] = {"reference": reference, "agrees": agrees, "reason": rec["reason"],
                                      "call": rec["index"]}

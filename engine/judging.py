@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine.judge import JudgeError, RubricJudge
 from engine.records import EpisodeRecord, Judgement
-from engine.store import RunStore, frame_file, read_records
+from engine.store import FrameRefError, RunStore, frame_file, read_records
 from engine.tasks import Task, parse_task
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class JudgeQueue:
             reward = await self.judge.judge(task, record.get("answer"), shots, steps)
             judgement["reward"] = reward.to_dict()
             self.judged += 1
-        except (JudgeError, OSError, ValueError) as exc:  # ValueError: a screenshot reference out of the run
+        except (JudgeError, OSError, FrameRefError) as exc:
             judgement["error"] = f"{type(exc).__name__}: {exc}"
             self.failed += 1
             log.warning("judge: episode %s stays pending: %s", record["episode_id"], exc)

@@ -10,6 +10,7 @@ leaving the machine.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ipaddress
 import socket
 import threading
@@ -407,21 +408,28 @@ async def test_interim_response_heads_are_relayed_up_to_a_cap() -> None:
 async def test_a_pages_name_lookups_cannot_take_every_resolver_thread(helper: CountingServer,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # A lookup holds a resolver thread until the DNS server answers, even after its load was given up, and a
-    # worker's contexts share a few such threads. A test stand-in for a DNS server that drops queries: a lookup of
-    # a *.drop.test name that blocks its thread for 1.5 s.
+    # worker's contexts share those threads. Test stand-ins: the resolver's threads, one more than a context may
+    # hold, and a DNS server that drops queries for *.drop.test (a lookup that blocks its thread for 3 s).
     active, peak = 0, 0
+    counting = threading.Lock()
+    threads = concurrent.futures.ThreadPoolExecutor(max_workers=DNS_LOOKUPS_PER_CONTEXT + 1)
 
-    async def lookup(self: ContextProxy, host: str, port: int) -> list[Any]:
+    def resolve(host: str, port: int) -> list[Any]:
         nonlocal active, peak
         if not host.endswith(".drop.test"):
             return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
-        active += 1
-        peak = max(peak, active)
+        with counting:
+            active += 1
+            peak = max(peak, active)
         try:
-            await asyncio.to_thread(time.sleep, 1.5)
+            time.sleep(3.0)
             raise OSError("no answer")
         finally:
-            active -= 1
+            with counting:
+                active -= 1
+
+    async def lookup(self: ContextProxy, host: str, port: int) -> list[Any]:
+        return await asyncio.get_running_loop().run_in_executor(threads, resolve, host, port)
 
     monkeypatch.setattr(ContextProxy, "_getaddrinfo", lookup)
     greedy = ContextProxy(NetPolicy(allow=[f"127.0.0.1:{helper.port}"]), connect_timeout_s=0.5)
@@ -434,13 +442,16 @@ async def test_a_pages_name_lookups_cannot_take_every_resolver_thread(helper: Co
         answers = await asyncio.gather(*loads)
         # Each load gave up on its lookup; at most DNS_LOOKUPS_PER_CONTEXT of them held a thread at once.
         assert all(a.startswith(b"HTTP/1.1 502 ") for a in answers) and peak == DNS_LOOKUPS_PER_CONTEXT
+        # Another context's name gets the thread left over at once; without the cap it would wait for the
+        # dropped lookups (2.5 s more).
         t0 = time.monotonic()
         data = await http_via(other, f"GET http://named.test:{helper.port}/ HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert data.startswith(b"HTTP/1.1 200 ") and time.monotonic() - t0 < 1.0  # another context's name: at once
+        assert data.startswith(b"HTTP/1.1 200 ") and time.monotonic() - t0 < 1.0
     finally:
         await greedy.close()
         await other.close()
     assert await until(lambda: active == 0, timeout_s=5)  # the abandoned lookups ended, their slots with them
+    threads.shutdown()
 
 
 async def test_a_kept_alive_connection_never_carries_a_second_request_to_the_first_host(

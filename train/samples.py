@@ -56,7 +56,7 @@ import numpy as np
 from engine import _imgcodec as codec
 from engine.model_api import image_refs
 from engine.records import EpisodeRecord, StepRecord
-from engine.store import frame_file, read_records
+from engine.store import FrameRefError, frame_file, read_records
 from policy.prompting import (
     image_token_count,
     image_token_id_of,
@@ -211,7 +211,7 @@ def step_sample(proc: Processing, record: EpisodeRecord, step: StepRecord, run_d
     try:
         paths = [frame_file(run_dir, ref) for ref in refs]
         counts = [proc.image_tokens(_header(p)) for p in paths]
-    except (OSError, ValueError, codec.ImgCodecError) as exc:
+    except (OSError, FrameRefError, codec.ImgCodecError) as exc:
         raise SampleError(f"image: {exc}") from exc
     ids = prompt_ids(proc.tokenizer, messages, counts, proc.image_token_id)
     sha = prompt_sha256(ids)
