@@ -49,6 +49,11 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20  # larger request bodies get a 413
     expiry_check_s: float = 5.0
     lease_wait_s: float = 5.0  # how long /get waits for a browser worker with room before its 503
+    # A connection that has not sent a whole request head this long after it opened, or after its last answer,
+    # is closed; a request body must arrive within body_deadline_s (else a 408). Slow or silent clients hold no
+    # sockets or handlers (aiohttp's own idle limit is an hour).
+    head_deadline_s: float = 30.0
+    body_deadline_s: float = 30.0
 
 
 class BrowserServer:
@@ -71,7 +76,10 @@ class BrowserServer:
 
     async def start(self) -> str:
         """Listen (the core must be started); returns the server's URL."""
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # aiohttp's keep-alive timer starts when a connection opens and closes it while no request is parsed yet:
+        # the deadline for a request head.
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     keepalive_timeout=self.cfg.head_deadline_s)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
         await site.start()
@@ -100,7 +108,10 @@ class BrowserServer:
         try:
             return await handler(request)
         except LeaseError as exc:
-            return web.json_response({"detail": exc.detail}, status=exc.status)
+            response = web.json_response({"detail": exc.detail}, status=exc.status)
+            if exc.status == 408:  # the rest of a late body would be read as the next request
+                response.force_close()
+            return response
         except CommandError as exc:
             return web.json_response({"status": "error", "message": f"Failed to execute command: {exc}"[:2000]},
                                      status=400)
@@ -170,7 +181,10 @@ class BrowserServer:
     async def execute(self, request: web.Request) -> web.Response:
         """``POST /execute``: one command, ``{"instance_id", "node", "<command>": {args}}``."""
         try:
-            body = await request.json()
+            async with asyncio.timeout(self.cfg.body_deadline_s):
+                body = await request.json()
+        except TimeoutError:
+            raise LeaseError(408, f"The request body did not arrive within {self.cfg.body_deadline_s:g} s") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise LeaseError(400, "The body is not JSON") from None
         if not isinstance(body, dict):

@@ -358,3 +358,34 @@ def test_the_benchmark_summary_compares_the_sides_and_the_original() -> None:
     assert (r["http_steps_per_s"], r["engine_steps_per_s"], r["http_over_engine"]) == (32.0, 32.0, 1.0)
     assert r["x_original"] == [9.7, 12.3]  # 32 / 3.3 and 32 / 2.6
     assert r["original_mib_per_instance"] == 775 and r["memory_fraction_of_original"] == round(75 / 775, 3)
+
+
+async def test_a_client_that_sends_its_request_slowly_holds_no_connection(served: tuple[EngineCore,
+                                                                                         BrowserServer]) -> None:
+    # Before, a connection that sent half a request head, or a head and part of its body, was held for an hour (the
+    # aiohttp default); anyone who could reach the port could hold sockets and handlers without end.
+    server = BrowserServer(served[0], ServerConfig(port=0, capacity=2, head_deadline_s=1.0, body_deadline_s=1.0))
+    url = await server.start()
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: applic")
+        t0 = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, with nothing said
+        assert time.monotonic() - t0 < 5
+        writer.close()
+
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"instance_id\"")
+        t0 = time.monotonic()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head and time.monotonic() - t0 < 5
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        assert b"did not arrive within 1 s" in await reader.readexactly(length)
+        writer.close()
+
+        # A client that sends its request whole is served as before, on the same server.
+        async with OmniboxClient(url) as c:
+            assert (await c.info())["available"] == 2
+    finally:
+        await server.close()
