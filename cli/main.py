@@ -37,6 +37,7 @@ from engine.rollout import REWARD_MODES
 from engine.runlock import RunDirBusy, lock_run_dir
 from engine.runner import load_task_source, run
 from engine.shutdown import Terminated, until_signal
+from engine.store import StoreFailed
 from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError
 from policy.registry import POLICY_NAMES, BackendConfig, make_judge, make_policy
 from train.cli import export as export_cmd
@@ -278,6 +279,10 @@ def run_cmd(**opts: Any) -> None:
         console.print(f"{what}; episodes in flight were left for --resume; "
                       f"continue with: webgym-engine run --resume {cfg.run_dir}")
         sys.exit(exc.exit_code if isinstance(exc, Terminated) else 130)
+    except StoreFailed as exc:
+        console.print(f"the run stopped: {exc}. Episodes without a record were left for --resume; make room, then "
+                      f"continue with: webgym-engine run --resume {cfg.run_dir}")
+        sys.exit(2)
     console.print(summary_table(summary, title=f"run summary: {cfg.run_dir}"))
     if o.summary_json:
         Path(o.summary_json).write_text(json.dumps(summary, indent=2))
@@ -365,6 +370,10 @@ def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: b
         # Verdicts already appended stay; the rest stay pending for the next `judge`.
         Console(stderr=True).print(f"stopped by {exc.name}; judge the rest with: webgym-engine judge {run_dir} ...")
         sys.exit(exc.exit_code)
+    except StoreFailed as exc:
+        Console(stderr=True).print(f"stopped: {exc}. The episodes without a verdict stay pending; make room, then "
+                                   f"judge them with: webgym-engine judge {run_dir} ...")
+        sys.exit(1)
     Console(stderr=True).print(f"judged {counts['judged']} episodes of {run_dir}: {counts['success']} succeeded, "
                                f"{counts['failure']} failed, {counts['pending']} still pending")
     if counts["pending"]:

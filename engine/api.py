@@ -111,7 +111,7 @@ class RolloutService:
         if self._held:
             record = self._held.pop(next(iter(self._held)))
         else:
-            record = await self._done.get()
+            record = await self.core.unless_the_store_fails(self._done.get())
         self._outstanding -= 1
         return record
 
@@ -124,7 +124,7 @@ class RolloutService:
         watcher = self.core.watch_stragglers([self._mine[e] for e in missing if e in self._mine])
         try:
             while missing:
-                record = await self._done.get()
+                record = await self.core.unless_the_store_fails(self._done.get())
                 self._held[record["episode_id"]] = record
                 missing.discard(record["episode_id"])
         finally:

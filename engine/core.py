@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from browserpool.auth import KeyFileError, ServerKeys
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
@@ -40,11 +40,12 @@ from engine.policy_api import Policy
 from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettings
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
-from engine.store import RunStore, episode_key, merge_judgement
+from engine.store import RunStore, StoreFailed, episode_key, merge_judgement
 from engine.tasks import Task
 from engine.telemetry import TelemetryPublisher, resolve_endpoint
 
 RecordHook = Callable[[Rollout, dict[str, Any]], None]
+T = TypeVar("T")
 
 
 def new_run_dir(output_dir: str) -> Path:
@@ -121,6 +122,7 @@ class EngineCore:
         self._jobs: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._runners: list[asyncio.Task[None]] = []
         self._pool_figures: asyncio.Task[None] | None = None
+        self._store_watch: asyncio.Task[None] | None = None
         self._started = False
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ class EngineCore:
                 self.judge_queue = JudgeQueue(self.judge, self.store, on_verdict=self._on_verdict)
             self._pool_figures = asyncio.ensure_future(self._follow_pool())
             self._runners = self._start_runners()
+            self._store_watch = asyncio.ensure_future(self._stop_when_the_store_fails())
             self._started = True
         except BaseException:
             await self.close()
@@ -172,12 +175,13 @@ class EngineCore:
     async def close(self) -> None:
         """Stop the runners (episodes in flight end without a record, so a resume reruns them), drain the judge,
         close the policies, telemetry, the pool, the store and the sites."""
-        for task in self._runners:
+        tasks = [*self._runners, *([self._store_watch] if self._store_watch else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._runners:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._runners = []
+        self._runners, self._store_watch = [], None
         for job in list(self._jobs.values()):  # episodes the step-level environments still run
             job.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -296,7 +300,7 @@ class EngineCore:
         waiting = asyncio.gather(*(r.ended.wait() for r in rollouts))
         watcher = self.watch_stragglers(rollouts)
         try:
-            await waiting
+            await self.unless_the_store_fails(waiting)
         finally:
             waiting.cancel()
             if watcher is not None:
@@ -313,6 +317,8 @@ class EngineCore:
         if self.pool.fatal is not None:
             # Every episode has its (error) record by now; the run itself must not look like it went well.
             raise PoolError(f"the browser pool failed: {self.pool.fatal!r}") from self.pool.fatal
+        if self.store.failure is not None:
+            raise self.store.failure
 
     async def run_plan(self, policy: Policy, plan: Iterable[tuple[Task, int | None]]) -> RunStats:
         """Run episodes with one policy to their records (started first; steps/s counted from then)."""
@@ -338,8 +344,26 @@ class EngineCore:
         """Run an announced plan to its records, as :meth:`submit` and :meth:`wait` would, but making each
         rollout only when there is room for it in the queue and letting it go once it has its record (memory flat
         over any number of episodes; see :mod:`engine.plan_feed`)."""
-        await PlanFeeder(self, ctx, plan).run()
+        await self.unless_the_store_fails(PlanFeeder(self, ctx, plan).run())
         await self._settle()
+
+    async def unless_the_store_fails(self, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` (which waits for records), or raise :class:`~engine.store.StoreFailed` as soon as
+        the run directory cannot be written: the records it waits for would never come (it is cancelled)."""
+        store = self.store
+        task = asyncio.ensure_future(awaitable)
+        failed = asyncio.ensure_future(store.failed.wait())
+        try:
+            await asyncio.wait([task, failed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failed.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled() and store.failure is not None:
+            raise store.failure
+        return task.result()
 
     async def run_episode(self, rollout: Rollout,
                           on_verdict: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -357,10 +381,11 @@ class EngineCore:
                     with contextlib.suppress(asyncio.CancelledError):
                         await job
                 self._jobs.pop(rollout.episode_id, None)
-            if job.cancelled():
-                if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
-                    raise asyncio.CancelledError
-                await rollout.end_with_error("straggler", self._straggler_reason)
+            if not job.cancelled():
+                return job.result()  # the record, or StoreFailed: the run directory could not be written
+            if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
+                raise asyncio.CancelledError
+            await rollout.end_with_error("straggler", self._straggler_reason)
         assert rollout.record is not None
         return rollout.record
 
@@ -404,13 +429,15 @@ class EngineCore:
 
     async def _runner(self) -> None:
         # Asynchronous mode (level 1): each runner takes the next episode (of a domain with room) as soon as its
-        # last one ends.
-        while True:
-            rollout = await self._pending.get()
-            try:
-                await self._run_queued(rollout)
-            finally:
-                self._pending.done(rollout)
+        # last one ends. A run directory that cannot be written stops it (_stop_when_the_store_fails): the
+        # episode it ran has no record, for --resume.
+        with contextlib.suppress(StoreFailed):
+            while True:
+                rollout = await self._pending.get()
+                try:
+                    await self._run_queued(rollout)
+                finally:
+                    self._pending.done(rollout)
 
     async def _run_queued(self, rollout: Rollout) -> None:
         if rollout.finished:
@@ -471,21 +498,25 @@ class EngineCore:
 
     async def _sync_runner(self) -> None:
         # The synchronous baseline (benchmarks only): a batch of `concurrency` episodes advances in lock-step,
-        # every phase waiting for the slowest episode of the batch.
-        while True:
-            batch = [await self._pending.get()]
-            while len(batch) < self.cfg.concurrency and not self._pending.empty():
-                batch.append(self._pending.get_nowait())
-            live = [r for r in batch if not await self._skipped_as_blocked(r) and await self._policy_started(r)]
-            with contextlib.ExitStack() as verdicts:
-                for r in live:
-                    verdicts.enter_context(self._awaiting_verdict(r, self._redelivery(r)))
-                while active := [r for r in live if not r.finished]:
-                    await asyncio.gather(*(r.advance() for r in active))
-            for r in batch:
-                self._pending.done(r)
-                self._note_block(r)
-                self._deliver(r)
+        # every phase waiting for the slowest episode of the batch. Stopped by a store failure as _runner is.
+        with contextlib.suppress(StoreFailed):
+            while True:
+                await self._sync_batch()
+
+    async def _sync_batch(self) -> None:
+        batch = [await self._pending.get()]
+        while len(batch) < self.cfg.concurrency and not self._pending.empty():
+            batch.append(self._pending.get_nowait())
+        live = [r for r in batch if not await self._skipped_as_blocked(r) and await self._policy_started(r)]
+        with contextlib.ExitStack() as verdicts:
+            for r in live:
+                verdicts.enter_context(self._awaiting_verdict(r, self._redelivery(r)))
+            while active := [r for r in live if not r.finished]:
+                await asyncio.gather(*(r.advance() for r in active))
+        for r in batch:
+            self._pending.done(r)
+            self._note_block(r)
+            self._deliver(r)
 
     def _redelivery(self, rollout: Rollout) -> Callable[[dict[str, Any]], None] | None:
         """What hands a judged episode's merged record to the record hooks (None: nobody listens)."""
@@ -520,6 +551,13 @@ class EngineCore:
             await self.stats.wait_for_episode()
         await asyncio.sleep(self.cfg.straggler_grace_s)
         self.cut(rollouts)
+
+    async def _stop_when_the_store_fails(self) -> None:
+        """Once the run directory cannot be written, stop the runners: the episodes they run could not be recorded
+        (they end with no record, for --resume), and those still queued are never started."""
+        await self.store.failed.wait()
+        for runner in self._runners:
+            runner.cancel()
 
     # --- measurements ---------------------------------------------------------------------------------
     async def _follow_pool(self) -> None:

@@ -17,7 +17,8 @@ Actions are the agent protocol's action dict (``{"name": "left_click", "x": 10, 
 the model's raw reply text, read by the same parser and coordinate frames as ``run`` (an unusable reply is a
 recorded ``wait``, its parse error in ``info["parse_error"]``). An episode that ends with an error (its browser
 worker died, it ran past its time cap) raises :class:`EpisodeError` from ``step`` or ``reset``; it has its
-error record, and the next ``reset`` starts afresh.
+error record, and the next ``reset`` starts afresh. A run directory that cannot be written (a full disk) raises
+:class:`engine.store.StoreFailed` from ``step`` and ``reset``: nothing more can be recorded.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ class AsyncWebEnv:
             self._rng.seed(seed)
         chosen = self._choose(task)
         await self._abandon("the environment was reset before the episode ended")
+        self._check_store()
         self._step_cancelled = False
         settings = dataclasses.replace(self.core.cfg.rollout_settings(self.policy_version), retry_lost=0)
         # A private slot: a trainer thinking over one env must not hold up the core's shared policy queue.
@@ -142,6 +144,7 @@ class AsyncWebEnv:
             raise RuntimeError("a step() was cancelled before its observation came back: reset() the environment")
         if rollout is None or policy.reply is None or policy.reply.done():
             raise RuntimeError("reset() the environment first (the last episode has ended)")
+        self._check_store()
         reply = self._reply(action, rollout)
         reply.token_ids, reply.logprobs, reply.policy_version = token_ids, logprobs, policy_version
         # The caller's mistake (a string for a token id, lists of different lengths) is raised here, before anything
@@ -193,6 +196,12 @@ class AsyncWebEnv:
         if not self.tasks:
             raise ValueError("reset() needs a task: this environment was given no tasks to choose from")
         return self._rng.choice(self.tasks)
+
+    def _check_store(self) -> None:
+        """Raise :class:`~engine.store.StoreFailed` once the run directory cannot be written: no episode could be
+        recorded."""
+        if self.core.store.failure is not None:
+            raise self.core.store.failure
 
     def _live(self) -> Rollout:
         if self.rollout is None or self.rollout.current is None:

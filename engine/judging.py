@@ -61,7 +61,11 @@ class JudgeQueue:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def judge_record(self, task: Task, record: EpisodeRecord) -> Judgement:
-        """Judge one episode and store the verdict; never raises for a judge failure."""
+        """Judge one episode and store the verdict; never raises for a judge failure. Raises
+        :class:`~engine.store.StoreFailed` when the run directory cannot be written (no judge call is spent on a
+        verdict that could not be stored once that is known)."""
+        if self.store.failure is not None:
+            raise self.store.failure
         judgement: Judgement = {"episode_id": record["episode_id"], "reward": None, "error": None}
         t0 = time.monotonic()
         try:
@@ -98,7 +102,8 @@ def submit_records(queue: JudgeQueue, run_dir: str | Path, records: list[Episode
 
 async def rejudge(run_dir: str | Path, judge: RubricJudge, everything: bool = False) -> dict[str, int]:
     """Judge the pending episodes of a run (every episode that reached its end, with ``everything``);
-    verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome."""
+    verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome; raises
+    :class:`~engine.store.StoreFailed` when a verdict could not be stored (those not stored stay pending)."""
     todo = [r for r in read_records(run_dir)
             if r["status"] == "judge_pending" or (everything and r["status"] in ("success", "failure"))]
     store = RunStore(run_dir)
@@ -107,6 +112,8 @@ async def rejudge(run_dir: str | Path, judge: RubricJudge, everything: bool = Fa
         queue = JudgeQueue(judge, store, max_episodes=judge.cfg.concurrency)
         submit_records(queue, run_dir, todo)
         await queue.drain()
+        if store.failure is not None:
+            raise store.failure
     finally:
         await judge.close()
         store.close()

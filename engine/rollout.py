@@ -29,7 +29,7 @@ from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordSta
 from engine.redact import mask_text, mask_url
 from engine.rewards import FactVerdict, Reward, program_reward
 from engine.stats import RunStats
-from engine.store import RunStore, episode_key
+from engine.store import RunStore, StoreFailed, episode_key
 from engine.tasks import StepCaps, Task
 
 if TYPE_CHECKING:
@@ -255,8 +255,9 @@ class Rollout:
                 await self._finish()
         except (WorkerLost, BrowserOpError, PolicyError, _EpisodeError) as exc:
             await self._on_error(exc)
-        except asyncio.CancelledError:
-            # An interrupted run writes no record for this episode, so that --resume runs it again.
+        except (asyncio.CancelledError, StoreFailed):
+            # An interrupted run, or one whose run directory cannot be written, has no record for this episode, so
+            # that --resume runs it again.
             await asyncio.shield(self._release_browser())
             raise
         except Exception as exc:  # noqa: BLE001 - a bug must not lose the episode
@@ -561,11 +562,13 @@ class Rollout:
         return cap_text(mask_text(message), self.ctx.settings.page_limits.text_chars)
 
     async def _fail(self, kind: str, message: str) -> None:
-        if self.record is None:
-            self.status.error = kind
-            await self._write("error", error={"kind": kind, "message": self._error_text(message)})
-            self._set(State.FAILED)
-        await self._release_browser()
+        try:
+            if self.record is None:
+                self.status.error = kind
+                await self._write("error", error={"kind": kind, "message": self._error_text(message)})
+                self._set(State.FAILED)
+        finally:  # a store that failed writes no record, and the browser still goes back
+            await self._release_browser()
 
     async def _release_browser(self) -> None:
         session, self.session = self.session, None
@@ -605,12 +608,20 @@ class Rollout:
             "timings_ms": self.timings,
         }
         try:
-            lost = await self.ctx.store.frames_landed(self.episode_id)
-            if lost and status != "error":  # a screenshot the record names is missing: the episode is not usable
-                status = record["status"] = "error"
-                record["reward"] = None
-                record["error"] = {"kind": "store", "message": self._error_text("; ".join(lost))}
-        finally:  # even when cancelled while waiting: every episode that ends has its record
+            await self.ctx.store.frames_landed(self.episode_id)
+        except StoreFailed:  # no record: the core stops the run, and --resume runs this episode again
+            self.record = None
+            raise
+        finally:
+            if self.record is not None:  # even when cancelled while waiting: every episode that ends has its record
+                self._publish(record)
+
+    def _publish(self, record: dict[str, Any]) -> None:
+        """Append the record and count it; a store that failed leaves the episode with no record."""
+        try:
             self.ctx.store.append(record)
-            self.ctx.stats.record_episode(status)
-            self.ended.set()
+        except StoreFailed:
+            self.record = None
+            raise
+        self.ctx.stats.record_episode(record["status"])
+        self.ended.set()

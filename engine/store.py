@@ -15,6 +15,10 @@ The records' types, their format version and their validation live in :mod:`engi
 refuses a run directory of another record format, or a complete line that is not a record, with a
 :class:`engine.records.RecordFormatError` that names the file and the line.
 
+A write into the run directory that fails (a full disk, a quota, a read-only or failing file system) fails the
+store for the rest of the run (:class:`StoreFailed`): the engine core stops the run, and the episodes without a
+record are the ones ``--resume`` runs again.
+
 An episode rewarded by the judge is recorded with status ``judge_pending`` as soon as it ends, so the
 rollout never waits for the judge; its verdict lands in ``judgements.jsonl`` later, and
 :func:`read_records` returns the records with their latest verdicts merged in.
@@ -22,6 +26,7 @@ rollout never waits for the judge; its verdict lands in ``judgements.jsonl`` lat
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -83,6 +88,12 @@ def frame_file(run_dir: str | Path, ref: Any) -> Path:
     return path
 
 
+class StoreFailed(OSError):
+    """The run directory could not be written. The run stops rather than go on: an episode whose record or
+    screenshots cannot be stored has no record, so that ``--resume`` runs it again once there is room (a ``store``
+    error record would make it skip a task that never failed)."""
+
+
 def episode_key(task_id: str, sample: int) -> str:
     """The identity of an episode within a run: a task and its sample number."""
     return f"{task_id}#{sample}"
@@ -117,6 +128,15 @@ class RunStore:
         self._judgements_fd: int | None = None
         self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._frames = FrameWriter()
+        self.failure: StoreFailed | None = None  # the first write that failed; nothing is appended after it
+        self.failed = asyncio.Event()  # set with ``failure``: the core stops the run
+
+    def _fail(self, what: str, error: object) -> StoreFailed:
+        """Fail the store (once: later failures keep the first's message); returns the error to raise."""
+        if self.failure is None:
+            self.failure = StoreFailed(f"the run directory {self.dir} could not be written ({what}: {error})")
+            self.failed.set()
+        return self.failure
 
     def write_manifest(self, config: dict[str, Any]) -> None:
         """Write manifest.json atomically (temp file + rename); keeps the first start time on resume.
@@ -144,11 +164,14 @@ class RunStore:
         return f"frames/{frames_name(episode_id)}/{index:03d}.jpg"
 
     def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
-        """Store one screenshot as given, now; returns its path relative to the run directory."""
+        """Store one screenshot as given, now; returns its path relative to the run directory. Raises
+        :class:`StoreFailed` when it cannot be (or the store failed before)."""
+        if self.failure is not None:
+            raise self.failure
         rel = self._frame_rel(episode_id, index)
         [error] = write_files([(os.path.join(self._dir, rel), jpeg, index == 0)])
         if error:
-            raise OSError(f"cannot store a screenshot: {error}")
+            raise self._fail("a screenshot", error)
         return rel
 
     def queue_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview,
@@ -169,13 +192,24 @@ class RunStore:
         await self._frames.room()
         return time.monotonic() - t
 
-    async def frames_landed(self, episode_id: str) -> list[str]:
-        """Wait until the episode's queued screenshots are written; the errors of those that could not be."""
-        return await self._frames.landed(episode_id)
+    async def frames_landed(self, episode_id: str) -> None:
+        """Wait until the episode's queued screenshots are written; raises :class:`StoreFailed` when one could not
+        be (or the store failed before)."""
+        errors = await self._frames.landed(episode_id)
+        if errors:
+            raise self._fail("a screenshot", "; ".join(errors))
+        if self.failure is not None:
+            raise self.failure
 
     def append(self, record: EpisodeRecord) -> None:
-        """Append one episode record as a single line in a single write."""
-        _append_line(self._fd, self.episodes_path, record)
+        """Append one episode record as a single line (:func:`_append_line`); raises :class:`StoreFailed` when it
+        cannot be (or the store failed before)."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            _append_line(self._fd, record)
+        except OSError as exc:
+            raise self._fail("a record", exc) from exc
 
     def append_judgement(self, judgement: Judgement) -> None:
         """Append one judge verdict (:class:`~engine.records.Judgement`: ``episode_id``, ``reward``, ``error``,
@@ -183,10 +217,15 @@ class RunStore:
         masked."""
         if isinstance(judgement.get("error"), str):
             judgement = {**judgement, "error": mask_text(judgement["error"])}
-        if self._judgements_fd is None:
-            _repair_tail(self.judgements_path)
-            self._judgements_fd = os.open(self.judgements_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _append_line(self._judgements_fd, self.judgements_path, judgement)
+        if self.failure is not None:
+            raise self.failure
+        try:
+            if self._judgements_fd is None:
+                _repair_tail(self.judgements_path)
+                self._judgements_fd = os.open(self.judgements_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _append_line(self._judgements_fd, judgement)
+        except OSError as exc:
+            raise self._fail("a verdict", exc) from exc
 
     def close(self) -> None:
         """Write the screenshots still queued, close the files, release the run directory."""
@@ -214,12 +253,19 @@ class RunStore:
         return removed
 
 
-def _append_line(fd: int, path: Path, obj: EpisodeRecord | Judgement) -> None:
-    data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
-    written = os.write(fd, data)
-    if written != len(data):  # a full disk: never leave half a line behind
-        os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
-        raise OSError(f"short write of a record to {path}")
+def _append_line(fd: int, obj: EpisodeRecord | Judgement) -> None:
+    """One line in one write. A disk that fills up mid-line writes less: the rest is written again, which either
+    completes the line or fails with the reason (ENOSPC, EDQUOT, EFBIG), and then the part written is cut off: a
+    reader never sees half a line."""
+    data = memoryview((json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode())
+    written = 0
+    while written < len(data):
+        try:
+            written += os.write(fd, data[written:])
+        except OSError:
+            if written:  # never leave half a line behind
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
+            raise
 
 
 def _repair_tail(path: Path) -> None:

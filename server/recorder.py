@@ -4,6 +4,7 @@ and its timings), so that ``webgym-engine view`` and the monitor show server tra
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -11,17 +12,19 @@ from engine.core import EngineCore
 from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_url
 from engine.rollout import EpisodeStatus, Op, State
-from engine.store import episode_key
+from engine.store import StoreFailed, episode_key
 
+log = logging.getLogger("webgym_engine.server")
 POLICY_NAME = "http-client"  # the records' policy: whoever drives the lease over HTTP
 
 
 class LeaseRecorder:
-    """Tracks one lease in the core's stats and telemetry; ``record``: also writes its record and frames."""
+    """Tracks one lease in the core's stats and telemetry; ``record``: also writes its record and frames. A run
+    directory that cannot be written (a full disk) ends recording, never the serving of leases."""
 
     def __init__(self, core: EngineCore, lease_name: str, instance_id: str, record: bool) -> None:
         self.core = core
-        self.record = record and core.store is not None
+        self.record = record and core.store is not None and core.store.failure is None
         self.task_id = lease_name
         self.episode_id = episode_key(lease_name, 0)
         self.instance_id = instance_id
@@ -49,9 +52,13 @@ class LeaseRecorder:
         """The client took a screenshot (stored only when recording, and only as JPEG: PNGs are left out)."""
         self._page(url, title)
         if self.record and fmt == "jpeg":
-            self.frame_path = self.core.store.write_frame(self.episode_id, self.frames, image)
-            self.frames += 1
-            self.status.screenshot = self.frame_path
+            try:
+                self.frame_path = self.core.store.write_frame(self.episode_id, self.frames, image)
+            except StoreFailed as exc:
+                self._stop_recording(exc)
+            else:
+                self.frames += 1
+                self.status.screenshot = self.frame_path
         self._set(State.RUNNING, Op.SCREENSHOT)
 
     def step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
@@ -81,12 +88,19 @@ class LeaseRecorder:
         self.ended = True
         status: RecordStatus = "error" if error is not None else "failure"
         if self.record:
-            self.core.store.append(self._record(status, error))
+            try:
+                self.core.store.append(self._record(status, error))
+            except StoreFailed as exc:
+                self._stop_recording(exc)
         self.core.stats.record_episode(status)
         self.status.error = error["kind"] if error is not None else ""
         self._set(State.FAILED if error is not None else State.FINISHED)
 
     # --- internals ------------------------------------------------------------------------------------
+    def _stop_recording(self, exc: StoreFailed) -> None:
+        self.record = False
+        log.warning("lease %s is no longer recorded: %s", self.instance_id, exc)
+
     def _step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
               error: str | None) -> StepRecord:
         """The step's record: the page the command acted on (the client's last screenshot) and what it did."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -159,6 +161,31 @@ async def until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
             return False
         await asyncio.sleep(0.02)
     return True
+
+
+@dataclasses.dataclass
+class SmallDisk:
+    """A file system of its own (tmpfs) that fills up: writes past its size fail with ENOSPC, as on a full disk."""
+
+    path: Path
+
+    def resize(self, size: str) -> None:
+        """Make room (``"64m"``) or take it away; what is on it stays."""
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(self.path)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A 1 MiB tmpfs at ``tmp_path/disk`` (mounting needs root, which the test machines have; skipped elsewhere)."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    try:
+        yield SmallDisk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:

@@ -13,10 +13,10 @@ from engine.api import RolloutService
 from engine.config import RunConfig
 from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
-from engine.store import read_records
+from engine.store import StoreFailed, read_records
 from engine.tasks import load_tasks
 from policy.registry import make_policy
-from tests.conftest import subset, until
+from tests.conftest import SmallDisk, subset, until
 from tui.feed import SocketFeed
 from tui.model import MonitorModel
 
@@ -118,3 +118,24 @@ async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server:
                              site_server)
     assert set(run_stats.summary()) == set(service_summary)
     assert run_stats.summary()["peak_browser_pss_mib"] > 0
+
+
+async def test_a_full_disk_ends_gather_with_the_store_error_and_no_record_is_only_in_memory(
+        tmp_path: Path, small_disk: SmallDisk) -> None:
+    # Before, the service handed back records it could not write (the run directory had none of them), and a
+    # record whose append failed was never counted as ended.
+    cfg = RunConfig(output_dir=str(small_disk.path / "runs"), concurrency=4, workers=1, telemetry=None)
+    async with RolloutService(cfg, serve_sites=True) as service:
+        assert service.base_url is not None
+        tasks = load_tasks(subset(tmp_path, per_site=2), service.base_url)
+        ids = service.submit(tasks * 3, make_policy("scripted"))
+        with pytest.raises(StoreFailed, match="No space left on device"):
+            await asyncio.wait_for(service.gather(ids), 60)
+        handed: list[str] = []  # the records that finished before: handed out, then the error again
+        with pytest.raises(StoreFailed):
+            while len(handed) <= len(ids):
+                handed.append((await asyncio.wait_for(service.next_result(), 10))["episode_id"])
+        run_dir = service.run_dir
+    assert run_dir is not None
+    stored = {r["episode_id"] for r in read_records(run_dir)}
+    assert set(handed) <= stored and len(stored) < len(ids)

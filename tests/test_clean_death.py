@@ -28,6 +28,7 @@ import pytest
 from browserpool.config import DEFAULT_CHROMIUM
 from engine.store import read_records
 from engine.tasks import BUNDLED_TASKS
+from tests.conftest import SmallDisk
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "WEBGYM_CLEAN_DEATH_TEST"
@@ -310,3 +311,26 @@ def test_a_signal_the_engine_ignores_is_ignored_by_its_workers(start_engine: Cal
     no_lost_episodes(run_dir)
     assert "SIGHUP" not in (run_dir / "workers.log").read_text()  # the worker never acted on it
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE  # ended with its engine
+
+
+def test_a_full_disk_stops_the_run_with_a_clear_message_and_resume_completes(
+        small_disk: SmallDisk, tasks: Path, tmp_path: Path) -> None:
+    # Before, a run whose disk filled up went on to the end (53 s for the bundled tasks) with every episode's work
+    # thrown away: records that could not be written were counted "lost" with no reason given, and the one episode
+    # recorded as a "store" error was one --resume then skipped.
+    out = small_disk.path / "runs"
+    t0 = time.monotonic()
+    proc = subprocess.run(engine_cmd(tasks, out), cwd=ROOT, capture_output=True, timeout=240,
+                          env={**os.environ, "COLUMNS": "1000"})  # the message unwrapped
+    took = time.monotonic() - t0
+    said = " ".join((proc.stdout + proc.stderr).decode(errors="replace").split())
+    assert proc.returncode == 2, said
+    assert "the run stopped" in said and "could not be written" in said and "No space left on device" in said
+    [run_dir] = out.glob("run-*")
+    assert f"--resume {run_dir}" in said
+    records = read_records(run_dir)
+    assert len(records) < N_TASKS
+    assert not [r for r in records if (r.get("error") or {}).get("kind") == "store"]
+    print(f"a full disk: the run stopped after {took:.1f} s with {len(records)} of {N_TASKS} episodes recorded")
+    small_disk.resize("64m")
+    resume_and_check(run_dir, tasks, tmp_path)

@@ -23,11 +23,11 @@ from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.env import AsyncWebEnv, EpisodeError
 from engine.gym_env import CoreThread, WebEnv
-from engine.store import read_records
+from engine.store import StoreFailed, read_records
 from engine.tasks import Task, load_tasks
 from policy.registry import BackendConfig, make_policy
 from policy.scripted import ScriptedPolicy
-from tests.conftest import subset
+from tests.conftest import SmallDisk, subset
 from train.export import export_sharegpt
 from viewer.report import build_report
 
@@ -170,6 +170,25 @@ async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, si
     records = read_records(core.run_dir)  # type: ignore[arg-type]
     assert [r["status"] for r in records][0] == "error" and records[0]["error"]["kind"] == "abandoned"
     assert len(records) == 2
+
+
+async def test_a_full_disk_is_a_store_error_from_step_and_reset(tmp_path: Path, site_server: str,
+                                                                 small_disk: SmallDisk) -> None:
+    # Before, an episode whose record could not be written still came back from step() as finished, with a record
+    # that was only in memory, and the env went on running episodes that could not be recorded.
+    tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
+    cfg = RunConfig(output_dir=str(small_disk.path / "runs"), concurrency=1, workers=1, telemetry=None)
+    async with EngineCore(cfg) as core:
+        env = AsyncWebEnv(core, tasks)
+        finished: list[str] = []
+        with pytest.raises(StoreFailed, match="No space left on device"):
+            for i in range(100):
+                await env.reset(tasks[i % len(tasks)])
+                *_, info = await env.step({"name": "answer", "text": "done"})
+                finished.append(info["episode_id"])
+        with pytest.raises(StoreFailed):
+            await env.reset(tasks[0])
+    assert finished and [r["episode_id"] for r in read_records(core.run_dir)] == finished  # type: ignore[arg-type]
 
 
 async def test_env_runs_open_in_the_viewer_and_export(tmp_path: Path, site_server: str) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +27,7 @@ from engine.store import read_records
 from engine.tasks import load_tasks
 from policy.registry import make_judge, make_policy
 from tests.chat_test_server import ChatTestServer
-from tests.conftest import subset
+from tests.conftest import SmallDisk, subset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -155,6 +157,29 @@ async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Pa
     calls = len(judge_server.received)
     assert await judge_cli(run_dir, judge_server, "--all") == 0  # every verdict is cached: no new calls
     assert len(judge_server.received) == calls
+
+
+async def test_a_full_disk_stops_the_judge_before_it_spends_calls_on_verdicts_it_cannot_store(
+        tmp_path: Path, sites: str, judge_server: ChatTestServer, small_disk: SmallDisk) -> None:
+    # Before, every pending episode was judged (its calls paid for) and none of the verdicts was stored.
+    _, made, n = await run_with_the_judge_down(tmp_path, sites, judge_server)
+    small_disk.resize("64m")
+    run_dir = Path(shutil.copytree(made, small_disk.path / made.name))
+    used = os.statvfs(run_dir).f_blocks - os.statvfs(run_dir).f_bfree
+    small_disk.resize(f"{used * os.statvfs(run_dir).f_frsize // 1024}k")  # full: judgements.jsonl has no room
+    calls = len(judge_server.received)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "judge", str(run_dir), "--judge-base-url", judge_server.base_url,
+        "--judge-model", "judge", "--judge-concurrency", "1", "--cache-dir", str(tmp_path / "cache"),
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "1000"})
+    _, err = await proc.communicate()
+    said = err.decode(errors="replace")
+    assert proc.returncode == 1 and "could not be written" in said and "No space left" in said, said
+    records = read_records(run_dir)
+    assert len(records) == n and {r["status"] for r in records} == {"judge_pending"}
+    asked = {r["task"]["task_name"] for r in records for call in judge_server.received[calls:]
+             if r["task"]["task_name"] in json.dumps(call.payload)}
+    assert len(asked) == 1  # the first verdict could not be stored: no other episode was judged
 
 
 async def test_the_judge_sends_no_file_from_outside_the_run_directory(tmp_path: Path, sites: str,

@@ -22,6 +22,7 @@ from engine.core import EngineCore
 from engine.rollout import State
 from engine.store import read_records
 from server.app import BrowserServer, ServerConfig
+from tests.conftest import SmallDisk
 from tests.omnibox_client import OmniboxClient, OmniboxError
 from viewer.report import build_report
 
@@ -389,3 +390,27 @@ async def test_a_client_that_sends_its_request_slowly_holds_no_connection(served
             assert (await c.info())["available"] == 2
     finally:
         await server.close()
+
+
+async def test_a_full_disk_ends_recording_and_the_leases_are_still_served(
+        tmp_path: Path, small_disk: SmallDisk, fixture_url: Callable[[str], str]) -> None:
+    # Before, a screenshot that could not be stored for the record answered the client with a 500.
+    small_disk.resize("128k")
+    cfg = RunConfig(concurrency=2, workers=1, output_dir=str(small_disk.path / "runs"), telemetry=None)
+    async with EngineCore(cfg) as core:
+        server = BrowserServer(core, ServerConfig(port=0, capacity=2, record=True))
+        try:
+            async with OmniboxClient(await server.start()) as client:
+                lease = await client.get()
+                await client.execute(lease, "visit_page", {"url": fixture_url("click.html")})
+                for _ in range(40):  # more than 128 KiB of screenshots
+                    image, _ = await client.screenshot(lease, "coordinates")
+                    assert image[:2] == b"\xff\xd8"
+                assert core.store.failure is not None and "No space left" in str(core.store.failure)
+                assert await client.execute(lease, "click_coords", {"x": 150, "y": 120}) == {"status": "success"}
+                await client.reset(lease)
+                second = await client.get()  # a new lease, not recorded
+                assert (await client.screenshot(second, "coordinates"))[0][:2] == b"\xff\xd8"
+                await client.reset(second)
+        finally:
+            await server.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import frame_writer
-from engine.store import RunStore, episode_key, finished_keys, frames_name, read_records
+from engine.store import RunStore, StoreFailed, episode_key, finished_keys, frames_name, read_records
 
 
 def record(task_id: str, sample: int = 0, **extra: object) -> dict:
@@ -75,9 +75,9 @@ async def test_queued_frames_have_landed_when_the_barrier_returns(tmp_path: Path
     frames = [os.urandom(150_000) for _ in range(40)]
     paths = [store.queue_frame("e#0", i, data) for i, data in enumerate(frames)]
     other = store.queue_frame("f#0", 0, b"other")
-    assert await store.frames_landed("e#0") == []
+    assert await store.frames_landed("e#0") is None
     assert [(tmp_path / rel).read_bytes() for rel in paths] == frames
-    assert await store.frames_landed("never-queued#0") == []  # nothing to wait for
+    assert await store.frames_landed("never-queued#0") is None  # nothing to wait for
     store.close()  # drains what is still queued
     assert (tmp_path / other).read_bytes() == b"other"
 
@@ -96,7 +96,7 @@ async def test_a_frame_written_from_its_buffer_hands_it_back_on_the_loop(tmp_pat
         handed_back.append((rel_path.read_bytes(), threading.current_thread() is threading.main_thread()))
 
     rel = store.queue_frame("e#0", 0, memoryview(slot), done)
-    assert await store.frames_landed("e#0") == []
+    assert await store.frames_landed("e#0") is None
     for _ in range(100):  # the callback is scheduled on the loop by the writer thread
         if handed_back:
             break
@@ -106,15 +106,20 @@ async def test_a_frame_written_from_its_buffer_hands_it_back_on_the_loop(tmp_pat
     store.close()
 
 
-async def test_a_frame_that_cannot_be_written_is_reported_by_the_barrier(tmp_path: Path) -> None:
+async def test_a_frame_that_cannot_be_written_fails_the_store_at_the_barrier(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     store.queue_frame("e#0", 0, b"first")
-    assert await store.frames_landed("e#0") == []
+    assert await store.frames_landed("e#0") is None
     (tmp_path / "frames" / "e_0").rename(tmp_path / "moved")  # the episode's folder vanished mid-episode
     store.queue_frame("e#0", 1, b"second")
-    errors = await store.frames_landed("e#0")
-    assert len(errors) == 1 and errors[0].startswith("001.jpg:")
-    assert await store.frames_landed("e#0") == []  # reported once
+    with pytest.raises(StoreFailed, match=r"could not be written \(a screenshot: 001.jpg: "):
+        await store.frames_landed("e#0")
+    # Failed for the rest of the run: nothing more is written, every writer gets the first error.
+    for write in (lambda: store.append({"episode_id": "f#0"}), lambda: store.write_frame("f#0", 0, b"x"),
+                  lambda: store.append_judgement({"episode_id": "e#0", "reward": None, "error": None})):
+        with pytest.raises(StoreFailed, match="001.jpg"):
+            write()
+    assert store.failed.is_set() and store.episodes_path.read_text() == ""
     store.close()
 
 

@@ -92,6 +92,7 @@ def train_loop(config: str) -> None:
     servers) in place; repeat."""
     import uvloop
 
+    from engine.store import StoreFailed
     from train.config import ConfigError
     from train.loop import LoopConfig, run_loop
 
@@ -99,7 +100,11 @@ def train_loop(config: str) -> None:
         cfg = LoopConfig.load(config)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    for r in uvloop.run(run_loop(cfg)):
+    try:
+        results = uvloop.run(run_loop(cfg))
+    except StoreFailed as exc:  # a full disk: the checkpoints written so far stay
+        raise click.ClickException(f"the loop stopped: {exc}") from None
+    for r in results:
         busy = r.browser_busy_training
         busy_text = f", browsers {busy:.0%} busy while training" if busy is not None else ""
         click.echo(f"iteration {r.iteration}: {r.episodes} episodes (versions {r.versions_seen}), success "
