@@ -34,7 +34,7 @@ class _Frame:
     episode: str
     make_dir: bool
     done: Callable[[], None] | None  # run on the loop once written (e.g. hand the slot back)
-    loop: asyncio.AbstractEventLoop | None
+    loop: asyncio.AbstractEventLoop | None  # the submitter's, for ``done`` and ``on_error``
 
 
 @dataclass
@@ -66,8 +66,9 @@ class FrameWriter:
 
     Only the event loop's thread calls :meth:`submit`, :meth:`room`, :meth:`landed` and :meth:`close`."""
 
-    def __init__(self, max_queued: int = MAX_QUEUED) -> None:
+    def __init__(self, max_queued: int = MAX_QUEUED, on_error: Callable[[str], None] | None = None) -> None:
         self.max_queued = max_queued
+        self.on_error = on_error  # called on the loop's thread with a file's error as soon as it is known
         self._queue: queue.SimpleQueue[_Frame | _Marker | object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _pending and _done, which both threads update
@@ -92,7 +93,10 @@ class FrameWriter:
         with self._lock:
             self._pending.setdefault(episode, _Pending()).queued += 1
             self._queued += 1
-        loop = asyncio.get_running_loop() if done is not None else None
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # a caller without a loop (then with no callback)
+            loop = None
         self._queue.put(_Frame(path, data, episode, make_dir, done, loop))
 
     async def room(self) -> None:
@@ -186,6 +190,9 @@ class FrameWriter:
                 self._wake_scheduled = True
         if wake and loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._run_done)
+        failed = next(((f, e) for f, e in zip(frames, errors, strict=True) if e), None)
+        if failed and self.on_error is not None and failed[0].loop is not None and not failed[0].loop.is_closed():
+            failed[0].loop.call_soon_threadsafe(self.on_error, failed[1])
         for waiter_loop, future in waiters:
             if not waiter_loop.is_closed():
                 waiter_loop.call_soon_threadsafe(_resolve, future)

@@ -127,9 +127,10 @@ class RunStore:
         _repair_tail(self.episodes_path)
         self._judgements_fd: int | None = None
         self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._frames = FrameWriter()
         self.failure: StoreFailed | None = None  # the first write that failed; nothing is appended after it
         self.failed = asyncio.Event()  # set with ``failure``: the core stops the run
+        # A screenshot that could not be written fails the store at once, not when its episode ends.
+        self._frames = FrameWriter(on_error=self._screenshot_failed)
 
     def _fail(self, what: str, error: object) -> StoreFailed:
         """Fail the store (once: later failures keep the first's message); returns the error to raise."""
@@ -137,6 +138,9 @@ class RunStore:
             self.failure = StoreFailed(f"the run directory {self.dir} could not be written ({what}: {error})")
             self.failed.set()
         return self.failure
+
+    def _screenshot_failed(self, error: str) -> None:
+        self._fail("a screenshot", error)
 
     def write_manifest(self, config: dict[str, Any]) -> None:
         """Write manifest.json atomically (temp file + rename); keeps the first start time on resume.

@@ -112,6 +112,7 @@ async def test_a_frame_that_cannot_be_written_fails_the_store_at_the_barrier(tmp
     assert await store.frames_landed("e#0") is None
     (tmp_path / "frames" / "e_0").rename(tmp_path / "moved")  # the episode's folder vanished mid-episode
     store.queue_frame("e#0", 1, b"second")
+    await asyncio.wait_for(store.failed.wait(), 5)  # at once, not when the episode ends
     with pytest.raises(StoreFailed, match=r"could not be written \(a screenshot: 001.jpg: "):
         await store.frames_landed("e#0")
     # Failed for the rest of the run: nothing more is written, every writer gets the first error.
