@@ -39,6 +39,7 @@ from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung, Tab
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
 from browserpool.request_rules import RequestRules
 from browserpool.shm import SlotRing
+from browserpool.stderr_log import log_line
 from browserpool.upstream import ProxyPool
 
 T = TypeVar("T")
@@ -207,7 +208,7 @@ class BrowserWorker:
                 msg = P.decode_from_engine(recv.result())
             except P.ProtocolError as exc:
                 self.dropped_messages += 1
-                print(f"worker {self.cfg.worker_id}: dropped a bad message: {exc}", file=sys.stderr)
+                log_line(f"worker {self.cfg.worker_id}: dropped a bad message: {exc}")
                 continue
             if isinstance(msg, P.Request):
                 self._release(msg.release)
@@ -233,8 +234,8 @@ class BrowserWorker:
             policy = (NetPolicy(allow_private_network=net.allow_private_network, allow=net.allow, deny=deny,
                                 exempt=net.exempt) if net.enabled else None)
         except ValueError as exc:
-            print(f"worker {cfg.worker_id}: the engine's network policy is invalid ({exc}); keeping this "
-                  "worker's own", file=sys.stderr, flush=True)
+            log_line(f"worker {cfg.worker_id}: the engine's network policy is invalid ({exc}); keeping this "
+                     "worker's own")
             return
         cfg.net_policy, cfg.allow_private_network = net.enabled, net.allow_private_network
         cfg.net_allow, cfg.net_deny, cfg.net_exempt, cfg.net_hosts = net.allow, deny, net.exempt, net.hosts
@@ -614,8 +615,8 @@ class BrowserWorker:
         if used <= cap << 20:
             return False
         self.contexts_over_memory += 1
-        print(f"worker {self.cfg.worker_id}: a context's heap is {used / 2**20:.0f} MiB, over the "
-              f"{cap} MiB cap: discarded, not reused", file=sys.stderr, flush=True)
+        log_line(f"worker {self.cfg.worker_id}: a context's heap is {used / 2**20:.0f} MiB, over the "
+                 f"{cap} MiB cap: discarded, not reused")
         return True
 
     def _browser_pss(self) -> int:
@@ -646,8 +647,8 @@ class BrowserWorker:
     async def _start_draining(self, pss: int) -> None:
         """The browser is over its memory cap: take no new episodes, say so now, recycle it once idle."""
         self.draining = True
-        print(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
-              f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it", file=sys.stderr, flush=True)
+        log_line(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
+                 f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it")
         with contextlib.suppress(zmq.ZMQError):
             await self._send(self._heartbeat_message())  # now, not at the next beat
         self._maybe_recycle()
@@ -690,11 +691,11 @@ class BrowserWorker:
             self.browser_pss = 0  # the old tree's reading; the watch reads the new one at its next check
             self.browser_recycles += 1
             self.draining = False
-            print(f"worker {self.cfg.worker_id}: browser recycled in {_ms(t0):.0f} ms", file=sys.stderr, flush=True)
+            log_line(f"worker {self.cfg.worker_id}: browser recycled in {_ms(t0):.0f} ms")
             with contextlib.suppress(zmq.ZMQError):
                 await self._send(self._heartbeat_message())  # not draining any more: lease it episodes again
         except Exception as exc:  # noqa: BLE001 - no browser: the worker exits and is replaced
-            print(f"worker {self.cfg.worker_id}: browser recycle failed: {exc}", file=sys.stderr, flush=True)
+            log_line(f"worker {self.cfg.worker_id}: browser recycle failed: {exc}")
             self._recycling = False
             self._on_browser_lost()
         finally:
@@ -712,9 +713,7 @@ class BrowserWorker:
         """Exit at once (SIGTERM, SIGHUP, the engine's death): kill the browser and driver, unlink the frame
         ring, remove ``tmp_dir``; no graceful close, which could wait on a dead engine. From any thread."""
         _leaving.acquire()  # a second caller (the signal and the watch both fire) waits for the exit
-        with contextlib.suppress(Exception):
-            print(f"worker {self.cfg.worker_id}: {reason}; killing the browser and exiting", file=sys.stderr,
-                  flush=True)
+        log_line(f"worker {self.cfg.worker_id}: {reason}; killing the browser and exiting")
         if self.ring is not None:
             # Unlink only: unmapping could pull the memory from under a write in progress. (The resource tracker,
             # which would otherwise unlink it too and warn, is killed below with the other descendants.)
@@ -881,8 +880,8 @@ async def serve(worker: BrowserWorker, engine: Instance | None = None, tmp_dir: 
             # pool starts workers in a session of their own, so a process-group signal never gets here). Stopping,
             # it still needs this worker to close its episodes, then shuts it down: leave on its own only if that
             # does not come.
-            print(f"worker {worker.cfg.worker_id}: got {sig.name}; leaving in {SIGNAL_GRACE_S:g} s unless the "
-                  "engine shuts this worker down first", file=sys.stderr, flush=True)
+            log_line(f"worker {worker.cfg.worker_id}: got {sig.name}; leaving in {SIGNAL_GRACE_S:g} s unless the "
+                     "engine shuts this worker down first")
             grace.append(loop.call_later(SIGNAL_GRACE_S, worker.leave, f"got {sig.name}", 128 + sig, tmp_dir))
 
     # A spawned worker takes a SIGINT sent to it the same way; one started by hand keeps Ctrl-C's graceful
@@ -919,7 +918,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     engine = lifeline.parse_engine(args.engine) if args.engine else None
     if engine is not None and not lifeline.bind_to_parent(engine):
-        print(f"worker: the engine (pid {engine.pid}) is gone; not starting", file=sys.stderr)
+        log_line(f"worker: the engine (pid {engine.pid}) is gone; not starting")
         return EXIT_ENGINE_GONE
     if not args.tmp_dir and engine is None:
         # Started by hand: a private temp dir all the same, so that what a killed Chromium leaves (its profile,
@@ -949,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
         return uvloop.run(serve(BrowserWorker(cfg), engine, args.tmp_dir))
     except KeyFileError as exc:
-        print(f"worker {cfg.worker_id}: {exc}", file=sys.stderr)
+        log_line(f"worker {cfg.worker_id}: {exc}")
         return 2
     except KeyboardInterrupt:
         return 0

@@ -35,6 +35,7 @@ from browserpool.config import WorkerConfig
 from browserpool.instance import Instance
 from browserpool.lifeline import engine_arg
 from browserpool.reaper import reap_stale
+from browserpool.stderr_log import log_line
 
 EXIT_WORKER_FAILED = 75  # the host's exit code when its worker failed (for its cluster manager to restart it)
 
@@ -95,8 +96,8 @@ class WorkerHost:
 
     def fail(self, code: int) -> None:
         """The worker failed with exit code ``code``: end this host (overridable, e.g. by a test)."""
-        print(f"worker host {self.name}-{self.instance.pid}: its browser worker exited with code {code}; "
-              "the host exits so that its cluster manager restarts it", file=sys.stderr, flush=True)
+        log_line(f"worker host {self.name}-{self.instance.pid}: its browser worker exited with code {code}; "
+                 "the host exits so that its cluster manager restarts it")
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         os._exit(EXIT_WORKER_FAILED)
 

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from browserpool import protocol as P
+from browserpool.config import WorkerConfig
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.runner import run
 from engine.store import read_records
 from policy.instant import InstantPolicy
+from tests.conftest import inproc_pool, open_session
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 PAGES = ["/wiki/", "/shop/", "/forum/", "/travel/"]
@@ -99,3 +105,27 @@ async def test_a_worker_that_cannot_start_fails_fast(tmp_path: Path) -> None:
     with pytest.raises(PoolError, match="cannot start"):
         await pool.start()
     assert asyncio.get_running_loop().time() - t0 < 60  # gave up after a few tries, not at the timeout
+
+
+async def test_a_worker_whose_log_cannot_be_written_goes_on_serving(
+        tmp_path: Path, fixture_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The workers' stderr is the run's workers.log. Before, on a full disk, a line a worker logged raised ENOSPC
+    # into the operation that logged it: here, every context over its heap cap of 1 MiB, which the episode's close
+    # discards, was left open instead (a browser context leaked per episode).
+    full = open("/dev/full", "w")  # noqa: SIM115 - every write fails with ENOSPC, as on a full disk
+    monkeypatch.setattr(sys, "stderr", full)
+    cfg = WorkerConfig(endpoint="", worker_id="inproc", context_memory_mib=1)
+    try:
+        async with inproc_pool(f"ipc://{tmp_path}/pool.sock", cfg) as (worker, pool):
+            for _ in range(3):
+                async with open_session(pool, fixture_url("click.html")) as (session, obs, _frame):
+                    assert obs.title == "click"
+                    reply, frame = await session.act(P.BrowserAction("click", x=150, y=120))
+                    frame.release()
+                    assert reply.settled
+            assert worker.contexts_over_memory == 3 and worker.browser is not None
+            assert worker.browser.contexts == [] and worker.idle == []  # all three discarded
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(OSError):
+            full.close()
