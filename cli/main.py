@@ -18,6 +18,7 @@ from rich.console import Console
 from bench.cli import bench as bench_cmd
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.console_streams import keep_going_without_a_console
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
@@ -192,6 +193,8 @@ def main() -> None:
 def run_cmd(**opts: Any) -> None:
     """Run tasks with a policy and write a run directory of trajectories."""
     o = SimpleNamespace(**opts)
+    if not o.tui:  # the monitor draws on the terminal itself
+        keep_going_without_a_console()
     console = Console(stderr=True)
     try:
         agent = AgentConfig(interaction=o.interaction, response_format=o.response_format, coords=o.coords,

@@ -13,6 +13,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.console_streams import keep_going_without_a_console
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from engine.config import RunConfig
 from engine.core import EngineCore
@@ -54,6 +55,7 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
 @click.pass_context
 def serve(ctx: click.Context, **opts: Any) -> None:
     """Serve browsers over the Omniboxes HTTP API, for WebGym's and AsyncWebRL's rollout clients."""
+    keep_going_without_a_console()
     console = Console(stderr=True)
     if not Path(opts["chromium"]).exists():
         raise click.ClickException(f"Chromium not found at {opts['chromium']} (apt-get install chromium)")

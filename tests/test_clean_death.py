@@ -334,3 +334,13 @@ def test_a_full_disk_stops_the_run_with_a_clear_message_and_resume_completes(
     print(f"a full disk: the run stopped after {took:.1f} s with {len(records)} of {N_TASKS} episodes recorded")
     small_disk.resize("64m")
     resume_and_check(run_dir, tasks, tmp_path)
+
+
+def test_a_run_whose_console_cannot_be_written_goes_on_to_its_records(tasks: Path, tmp_path: Path) -> None:
+    # Before, `run 2> run.log` with run.log on a full disk stopped at the first progress line (rc 1), with no record
+    # of any episode.
+    with open("/dev/full", "wb") as full:  # every write fails with ENOSPC
+        proc = subprocess.run(engine_cmd(tasks, tmp_path / "runs"), cwd=ROOT, stdout=full, stderr=full, timeout=240)
+    assert proc.returncode == 0
+    [run_dir] = (tmp_path / "runs").glob("run-*")
+    assert len(read_records(run_dir)) == N_TASKS
