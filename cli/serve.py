@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
                    "`webgym-engine view`.")
 @click.option("--output", "output_dir", default="runs", show_default=True, help="Where the run directory goes.")
 @click.option("--sites", is_flag=True, help="Also serve the bundled sites (their URL is printed).")
+@click.option("--max-connections", type=click.IntRange(1), default=1024, show_default=True,
+              help="Client connections open at once; one more gets a 503 and is closed.")
 @click.option("--screenshot-format", type=click.Choice(["jpeg", "png"]), default="jpeg", show_default=True,
               help="/screenshot's format when a request does not ask (format=png).")
 @click.option("--chromium", default=DEFAULT_CHROMIUM, show_default=True, help="Chromium executable.")
@@ -82,15 +85,25 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     check_sockets(cfg, console)
     server_cfg = ServerConfig(host=opts["host"], port=opts["port"], api_key=api_key, capacity=opts["capacity"],
                               lifetime_max_mins=opts["lifetime_max"], record=opts["record"],
-                              screenshot_format=opts["screenshot_format"])
+                              screenshot_format=opts["screenshot_format"], max_connections=opts["max_connections"])
     import uvloop
 
     tune_for_engine_process()
+    _raise_open_file_limit()
     try:
         uvloop.run(until_signal(_serve(cfg, server_cfg, opts["sites"], console)))
     except (KeyboardInterrupt, Terminated) as exc:
         console.print("server stopped; every lease was released")
         sys.exit(exc.exit_code if isinstance(exc, Terminated) else 0)
+
+
+def _raise_open_file_limit() -> None:
+    """Raise this process's limit of open files to its hard limit: many systems' soft limit, 1,024, is as many as
+    --max-connections allows by default, and the store, the sockets and the workers need descriptors too."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 async def _serve(cfg: RunConfig, server_cfg: ServerConfig, sites: bool, console: Console) -> None:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -54,6 +54,9 @@ class ServerConfig:
     # sockets or handlers (aiohttp's own idle limit is an hour).
     head_deadline_s: float = 30.0
     body_deadline_s: float = 30.0
+    # Connections open at once; one more gets a 503 and is closed at once. Without a cap, a peer that opens
+    # connections could use up the engine process's file descriptors, which its store and sockets need too.
+    max_connections: int = 1024
 
 
 class BrowserServer:
@@ -71,6 +74,7 @@ class BrowserServer:
             web.post("/execute", self.execute), web.get("/metadata", self.metadata), web.get("/probe", self.probe),
             web.get("/info", self.info)])
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.base_events.Server | None = None
         self._expiry: asyncio.Task[None] | None = None
         self.url = ""
 
@@ -81,9 +85,17 @@ class BrowserServer:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                      keepalive_timeout=self.cfg.head_deadline_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
-        await site.start()
-        port = self._runner.addresses[0][1] if self._runner.addresses else self.cfg.port
+        # Our own listener rather than aiohttp's TCPSite: it counts the connections before handing one to aiohttp.
+        # (A connection counts once aiohttp has it, a loop turn after it is accepted: a burst of connects can pass
+        # the cap by at most the listen backlog, 100.)
+        handlers, cap = self._runner.server, self.cfg.max_connections
+        assert handlers is not None
+
+        def protocol() -> asyncio.BaseProtocol:
+            return handlers() if len(handlers.connections) < cap else _TooManyConnections()
+
+        self._listener = await asyncio.get_running_loop().create_server(protocol, self.cfg.host, self.cfg.port)
+        port = self._listener.sockets[0].getsockname()[1]
         host = f"[{self.cfg.host}]" if ":" in self.cfg.host else self.cfg.host
         self.url = f"http://{host}:{port}"
         self._expiry = asyncio.ensure_future(self.leases.expire_forever(self.cfg.expiry_check_s))
@@ -95,10 +107,21 @@ class BrowserServer:
             self._expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
-            await self._runner.cleanup()
+            await self._runner.cleanup()  # closes the connections still open
             self._runner = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
         await self.leases.close()
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
 
     # --- middleware ---------------------------------------------------------------------------------------
     @web.middleware
@@ -273,6 +296,19 @@ class BrowserServer:
                 raise CommandError(str(exc)) from None
             finally:
                 lease.last_used = time.monotonic()
+
+
+class _TooManyConnections(asyncio.Protocol):
+    """A connection over ``max_connections``: a 503 and closed, so that its descriptor is free again at once."""
+
+    BODY = b'{"detail": "too many connections to the server"}'
+    ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BODY), BODY))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
+        stream.write(self.ANSWER)
+        stream.close()
 
 
 def _query(request: web.Request, name: str) -> str:

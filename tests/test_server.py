@@ -22,7 +22,7 @@ from engine.core import EngineCore
 from engine.rollout import State
 from engine.store import read_records
 from server.app import BrowserServer, ServerConfig
-from tests.conftest import SmallDisk
+from tests.conftest import SmallDisk, until
 from tests.omnibox_client import OmniboxClient, OmniboxError
 from viewer.report import build_report
 
@@ -414,3 +414,30 @@ async def test_a_full_disk_ends_recording_and_the_leases_are_still_served(
                 await client.reset(second)
         finally:
             await server.close()
+
+
+async def test_connections_past_the_cap_get_a_503_and_are_closed(served: tuple[EngineCore, BrowserServer]) -> None:
+    # Before, every connection was kept: anyone who could reach the port could open connections until the engine
+    # process ran out of file descriptors, and then it could write no screenshot, record or socket.
+    server = BrowserServer(served[0], ServerConfig(port=0, capacity=2, max_connections=8))
+    url = await server.start()
+    host, port = url.removeprefix("http://").split(":")
+    held: list[asyncio.StreamWriter] = []
+    try:
+        for _ in range(8):  # silent connections, up to the cap
+            held.append((await asyncio.open_connection(host, int(port)))[1])
+        assert await until(lambda: server.open_connections == 8)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        answer = await asyncio.wait_for(reader.read(), 10)  # the whole answer, then the server closes
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
+        writer.close()
+        for w in held[:2]:  # room again once connections close
+            w.close()
+            await w.wait_closed()
+        assert await until(lambda: server.open_connections == 6)
+        async with OmniboxClient(url) as c:
+            assert (await c.info())["available"] == 2
+    finally:
+        for w in held:
+            w.close()
+        await server.close()
