@@ -1,5 +1,5 @@
-"""Console output of the long-running commands (``run``, ``serve``): progress and status lines that cannot be
-written are dropped.
+"""Console output of the long-running commands (``run``, ``serve``, ``workers``): progress and status lines that
+cannot be written are dropped.
 
 Their results are in the run directory, not on the console. Before, a progress line that could not be written
 (stderr redirected to a file on a full disk, a terminal that went away) raised into the run, which then stopped

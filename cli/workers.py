@@ -16,6 +16,7 @@ import click
 
 from browserpool.auth import ClientKeys, KeyFileError, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from cli.console_streams import keep_going_without_a_console
 from cli.options import check_net_policy
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -59,6 +60,7 @@ def workers_cmd(use_ray: bool, address: str | None, connect: str, per_node: int,
     """Place browser workers on a cluster and keep them joined to an engine until stopped (Ctrl-C, SIGTERM).
 
     Each worker connects to the engine over ZeroMQ itself; the cluster manager only places and restarts them."""
+    keep_going_without_a_console()
     if not use_ray:
         raise click.UsageError("say where the workers go: --ray (for Slurm or Kubernetes, run `webgym-engine "
                                "worker --connect ...` per node: docs/cluster.md)")
