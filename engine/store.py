@@ -10,7 +10,8 @@ Layout::
                                        <episode>: frames_name)
 
 A record is one ``write`` of one line on a file opened with O_APPEND, so it is either there whole or
-not at all; a torn last line (the process killed inside the write) is cut off when the run resumes.
+not at all (a line a full disk cuts short is cut off at once); a torn last line (the process killed inside the
+write) is cut off when the run resumes.
 The records' types, their format version and their validation live in :mod:`engine.records`: a reader
 refuses a run directory of another record format, or a complete line that is not a record, with a
 :class:`engine.records.RecordFormatError` that names the file and the line.

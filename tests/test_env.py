@@ -174,8 +174,9 @@ async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, si
 
 async def test_a_full_disk_is_a_store_error_from_step_and_reset(tmp_path: Path, site_server: str,
                                                                  small_disk: SmallDisk) -> None:
-    # Before, an episode whose record could not be written still came back from step() as finished, with a record
-    # that was only in memory, and the env went on running episodes that could not be recorded.
+    # Before, the first episode whose screenshots could not be written ended as a "store" error record (one that
+    # --resume skips), and one whose record could not be written came back from step() as finished, its record only
+    # in memory; the env went on running episodes that could not be recorded.
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
     cfg = RunConfig(output_dir=str(small_disk.path / "runs"), concurrency=1, workers=1, telemetry=None)
     async with EngineCore(cfg) as core:
