@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import sys
 import tempfile
@@ -40,6 +41,10 @@ from browserpool.reaper import reap_stale
 from browserpool.router import RouterSocket
 from browserpool.shm import SlotReader, unlink_segment
 from browserpool.upstream import env_names
+
+log = logging.getLogger(__name__)
+# Events that report a repair, not a fault: logged as information, the others as warnings.
+_REPAIR_EVENTS = frozenset({"reaped", "worker_rejoined"})
 
 MAX_FAILED_STARTS = 3
 MAX_SILENT = 256  # workers dropped for silence whose connection is remembered (they may speak again)
@@ -283,7 +288,8 @@ class BrowserPool:
         self.peak_browser_pss = 0  # the most the live workers' reported browser PSS came to at once (bytes)
         self.broken: str | None = None  # set when workers keep dying at start-up
         self._failed_starts = 0
-        self.on_event: Callable[[str, str], None] | None = None  # (kind, message) for logs
+        # (kind, message) of every event, besides the log (a worker dropped, silent or refused; a bad message).
+        self.on_event: Callable[[str, str], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -760,6 +766,8 @@ class BrowserPool:
         task.add_done_callback(self._tasks.discard)
 
     def _emit(self, kind: str, message: str) -> None:
+        """Log an event (the command line shows warnings on stderr) and hand it to ``on_event``."""
+        log.log(logging.INFO if kind in _REPAIR_EVENTS else logging.WARNING, "browser pool: %s", message)
         if self.on_event:
             self.on_event(kind, message)
 

@@ -88,7 +88,8 @@ async def test_key_files_are_private(keys: Path) -> None:
     assert res.returncode != 0 and "exists" in res.stderr  # a key is never overwritten
 
 
-async def test_curve_worker_serves_episodes_and_a_stranger_is_refused(site_server: str, keys: Path) -> None:
+async def test_curve_worker_serves_episodes_and_a_stranger_is_refused(site_server: str, keys: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     events: list[tuple[str, str]] = []
     server = ServerKeys.load(keys / "keys" / "engine.key_secret", keys / "allowed")
     pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen="tcp://127.0.0.1:0", shared_memory=False,
@@ -111,6 +112,9 @@ async def test_curve_worker_serves_episodes_and_a_stranger_is_refused(site_serve
             await asyncio.sleep(0.05)
         refused = [m for kind, m in events if kind == "auth"]
         assert refused and "not in the allow-list" in refused[0]
+        # ...and in the log, which the command line shows: before, nothing told the user why a worker never joined.
+        logged = [r for r in caplog.records if r.name == "browserpool.pool" and r.levelname == "WARNING"]
+        assert any(refused[0] in r.getMessage() for r in logged), [r.getMessage() for r in logged]
         assert [h.worker_id for h in pool.alive_workers()] == ["remote-1"]  # the stranger never joined
     finally:
         await pool.close()
