@@ -7,14 +7,18 @@ blocks its domain for that long instead (at least a minute, at most a week).
 A task whose domain is on the list ends with an error record of kind ``blocked_domain`` instead of running. The
 list is a JSON file (``blocklist.json`` in the run directory by default, or a shared path for several runs),
 written atomically and read again when another process changed it. ``webgym-engine tasks blocklist`` shows and
-clears it.
+clears it. A file that cannot be read when the list is opened is an error; one that another process (or a hand
+edit) breaks later, or that cannot be written, is reported to ``on_error`` when given (the engine: the run goes on
+with the entries it has), else raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -69,16 +73,20 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
 
 
 class Blocklist:
-    """The blocked domains of ``path`` (None: kept in memory only), each for ``ttl_s`` seconds."""
+    """The blocked domains of ``path`` (None: kept in memory only), each for ``ttl_s`` seconds. ``on_error``: told
+    of a file that could not be read again or written once the list is open (module docstring)."""
 
-    def __init__(self, path: str | Path | None, ttl_s: float = DEFAULT_TTL_S) -> None:
+    def __init__(self, path: str | Path | None, ttl_s: float = DEFAULT_TTL_S,
+                 on_error: Callable[[str], None] | None = None) -> None:
         if ttl_s <= 0:
             raise ValueError("the blocklist's ttl must be > 0")
         self.path = Path(path) if path is not None else None
         self.ttl_s = ttl_s
         self._entries: dict[str, Entry] = {}
         self._mtime: float | None = None
+        self.on_error: Callable[[str], None] | None = None  # none while opening: a broken file is an error then
         self._reload()
+        self.on_error = on_error
 
     def entries(self, now: float | None = None) -> list[Entry]:
         """The entries in force at ``now``, soonest to expire first."""
@@ -130,7 +138,9 @@ class Blocklist:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             entries = {d: Entry(**e) for d, e in data.get("domains", {}).items()}
         except (OSError, ValueError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{self.path}: not a blocklist file: {exc}") from None
+            self._mtime = mtime  # reported once per change of the file
+            self._fail(ValueError(f"{self.path}: not a blocklist file: {exc}"), "kept the entries read before")
+            return
         self._entries, self._mtime = entries, mtime
 
     def _save(self) -> None:
@@ -138,8 +148,19 @@ class Blocklist:
             return
         now = time.time()
         live = {d: asdict(e) for d, e in self._entries.items() if e.until > now}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"domains": live}, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
-        self._mtime = self.path.stat().st_mtime
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"domains": live}, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, self.path)
+            self._mtime = self.path.stat().st_mtime
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            self._fail(OSError(f"{self.path}: the blocklist could not be written: {exc}"), "kept in memory")
+
+    def _fail(self, exc: Exception, what_now: str) -> None:
+        """Raise ``exc``, or with ``on_error`` set, report it and go on with the entries in memory."""
+        if self.on_error is None:
+            raise exc
+        self.on_error(f"{exc} ({what_now})")

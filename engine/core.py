@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import asdict, replace
@@ -46,6 +47,7 @@ from engine.telemetry import TelemetryPublisher, resolve_endpoint
 
 RecordHook = Callable[[Rollout, dict[str, Any]], None]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def new_run_dir(output_dir: str) -> Path:
@@ -145,7 +147,8 @@ class EngineCore:
                 self.run_dir = Path(self.cfg.run_dir) if self.cfg.run_dir else new_run_dir(self.cfg.output_dir)
                 self.store = RunStore(self.run_dir)  # the directory's writer lock (RunDirBusy if taken)
             assert self.run_dir is not None
-            self.blocklist = Blocklist(self.cfg.blocklist or self.run_dir / "blocklist.json", self.cfg.blocklist_ttl_s)
+            self.blocklist = Blocklist(self.cfg.blocklist or self.run_dir / "blocklist.json", self.cfg.blocklist_ttl_s,
+                                       on_error=lambda problem: log.warning("blocklist: %s", problem))
             self.store.write_manifest({**asdict(self.cfg), "run_dir": str(self.run_dir),
                                        "sites_base_url": self.base_url, **(manifest or {})})
             if self.cfg.telemetry:
@@ -448,6 +451,12 @@ class EngineCore:
             elif not await self._skipped_as_blocked(rollout) and await self._policy_started(rollout):
                 await self.run_episode(rollout, self._redelivery(rollout))
                 self._note_block(rollout)
+        except StoreFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a fault of the engine's own loses neither the episode nor the runner
+            log.exception("episode %s: an error of the engine's own", rollout.episode_id)
+            if rollout.record is None:
+                await rollout.end_with_error("internal", f"{type(exc).__name__}: {exc}")
         finally:  # a runner cancelled just after the record was written still hands it on
             if rollout.record is not None:
                 self._deliver(rollout)

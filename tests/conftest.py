@@ -173,6 +173,13 @@ class SmallDisk:
         """Make room (``"64m"``) or take it away; what is on it stays."""
         subprocess.run(["mount", "-o", f"remount,size={size}", str(self.path)], check=True, capture_output=True)
 
+    def fill(self) -> None:
+        """Take all the room that is left (a file of what fits)."""
+        with open(self.path / "filler", "ab") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:

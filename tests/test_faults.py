@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,28 @@ async def test_a_worker_whose_log_cannot_be_written_goes_on_serving(
         monkeypatch.undo()
         with contextlib.suppress(OSError):
             full.close()
+
+
+async def test_a_fault_of_the_engines_own_ends_its_episode_with_a_record_and_the_runner_goes_on(
+        tmp_path: Path, sites: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A stand-in for a bug in the scheduler: the check that comes before an episode raises, once. Before, the
+    # runner that met it died with it; with one runner the run then waited forever for the records.
+    checks = 0
+    check = EngineCore._skipped_as_blocked
+
+    async def faulty(self: EngineCore, rollout: Any) -> bool:
+        nonlocal checks
+        checks += 1
+        if checks == 2:
+            raise RuntimeError("a bug of the engine's own")
+        return await check(self, rollout)
+
+    monkeypatch.setattr(EngineCore, "_skipped_as_blocked", faulty)
+    cfg = RunConfig(tasks=str(long_tasks(tmp_path, 4, 2)), output_dir=str(tmp_path / "runs"), concurrency=1,
+                    workers=1, telemetry=None)
+    stats, run_dir = await asyncio.wait_for(run(cfg, InstantPolicy(), sites), 120)
+    records = read_records(run_dir)
+    assert len(records) == 4 and stats.summary()["lost"] == 0
+    [internal] = [r for r in records if r["status"] == "error"]
+    assert internal["error"]["kind"] == "internal" and "a bug of the engine's own" in internal["error"]["message"]
+    assert any("an error of the engine's own" in r.getMessage() for r in caplog.records)

@@ -30,6 +30,7 @@ from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
 from engine.store import read_records
 from engine.tasks import load_tasks
+from tests.conftest import SmallDisk
 from tests.openweb import OpenWeb, UpstreamTestProxy
 
 
@@ -378,6 +379,36 @@ def test_block_pages_are_told_from_ordinary_ones() -> None:
     assert block_reason(200, "Attention Required! | Cloudflare") is not None
     assert block_reason(200, "Welcome to the shop") is None
     assert block_reason(None, "") is None and block_reason(404, "Not found") is None
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_shared_blocklist_broken_mid_run_or_unwritable_stops_no_episode(
+        tmp_path: Path, openweb: OpenWeb, small_disk: SmallDisk, caplog: pytest.LogCaptureFixture) -> None:
+    # Before, a shared blocklist that another process or a hand edit broke mid-run raised in every runner that next
+    # checked a site, and each such runner died: the run waited for records that never came. One that could not be
+    # written (a full disk) did the same.
+    plan = ["blocked.test"] * 3 + ["shop.test"] * 3
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url(h, f"/p{i}")) for i, h in enumerate(plan)])
+    shared = tmp_path / "shared" / "blocklist.json"
+    shared.parent.mkdir()
+    shared.write_text('{"domains": {}}\n')
+
+    def break_it(_core: EngineCore, _run_dir: Path) -> None:
+        shared.write_text("{not json")
+
+    cfg = config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1, blocklist=str(shared))
+    _, run_dir = await asyncio.wait_for(run(cfg, AnswerPolicy(), None, on_start=break_it), 120)
+    kinds = Counter((r["error"] or {}).get("kind", r["status"]) for r in read_records(run_dir))
+    assert sum(kinds.values()) == len(plan) and kinds["blocked"] == 1 and kinds["blocked_domain"] == 2, kinds
+    assert any("not a blocklist file" in r.getMessage() for r in caplog.records)
+
+    small_disk.fill()
+    full = small_disk.path / "blocklist.json"  # a blocklist on a disk with no room left
+    cfg = config(tmp_path / "again", tasks, openweb, concurrency=4, domain_limit=1, blocklist=str(full))
+    _, run_dir = await asyncio.wait_for(run(cfg, AnswerPolicy(), None), 120)
+    kinds = Counter((r["error"] or {}).get("kind", r["status"]) for r in read_records(run_dir))
+    assert kinds["blocked"] == 1 and kinds["blocked_domain"] == 2, kinds  # the entry held in memory
+    assert any("could not be written" in r.getMessage() for r in caplog.records)
 
 
 def test_blocklist_entries_expire_and_survive_a_restart(tmp_path: Path) -> None:
