@@ -534,11 +534,15 @@ class EngineCore:
         return lambda merged: self._deliver(rollout, merged)
 
     def _deliver(self, rollout: Rollout, record: dict[str, Any] | None = None) -> None:
-        """Hand a finished episode's record (or, later, its merged record) to the record hooks."""
+        """Hand a finished episode's record (or, later, its merged record) to the record hooks. A hook that raises
+        is logged: it runs in a runner, which must go on, and the other hooks still get the record."""
         record = record or rollout.record
         assert record is not None
-        for hook in self._record_hooks:
-            hook(rollout, record)
+        for hook in list(self._record_hooks):
+            try:
+                hook(rollout, record)
+            except Exception:  # noqa: BLE001 - a caller's hook
+                log.exception("a record hook failed on episode %s", rollout.episode_id)
 
     @property
     def _straggler_reason(self) -> str:

@@ -155,3 +155,23 @@ async def test_a_fault_of_the_engines_own_ends_its_episode_with_a_record_and_the
     [internal] = [r for r in records if r["status"] == "error"]
     assert internal["error"]["kind"] == "internal" and "a bug of the engine's own" in internal["error"]["message"]
     assert any("an error of the engine's own" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_record_hook_that_raises_stops_no_runner(tmp_path: Path, sites: str,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    # A trainer's own hook (EngineCore.on_record) with a bug. Before, it raised in the runner that delivered the
+    # record, which died; with one runner the run then waited forever.
+    seen: list[str] = []
+
+    def buggy(_rollout: Any, record: dict[str, Any]) -> None:
+        raise KeyError("a field the hook expected")
+
+    def on_start(core: EngineCore, _run_dir: Path) -> None:
+        core.on_record(buggy)
+        core.on_record(lambda _r, record: seen.append(record["episode_id"]))  # later hooks still get every record
+
+    cfg = RunConfig(tasks=str(long_tasks(tmp_path, 3, 2)), output_dir=str(tmp_path / "runs"), concurrency=1,
+                    workers=1, telemetry=None)
+    _, run_dir = await asyncio.wait_for(run(cfg, InstantPolicy(), sites, on_start=on_start), 120)
+    assert len(read_records(run_dir)) == 3 and len(seen) == 3
+    assert sum("a record hook failed" in r.getMessage() for r in caplog.records) == 3
