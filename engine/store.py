@@ -120,14 +120,21 @@ class RunStore:
         self.frames_dir = self.dir / "frames"
         self._dir = str(self.dir)
         self.episodes_path = self.dir / "episodes.jsonl"
-        self.frames_dir.mkdir(parents=True, exist_ok=True)
         self.judgements_path = self.dir / "judgements.jsonl"
+        try:
+            self.frames_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreFailed(f"the run directory {self.dir} could not be written (frames/: {exc})") from exc
         # One writer per run directory (RunDirBusy otherwise), taken before the torn-tail repair below: cutting a
         # line another writer is appending would lose its record.
         self._lock = lock_run_dir(self.dir)
-        _repair_tail(self.episodes_path)
+        try:
+            _repair_tail(self.episodes_path)
+            self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self._lock.release()
+            raise StoreFailed(f"the run directory {self.dir} could not be written (episodes.jsonl: {exc})") from exc
         self._judgements_fd: int | None = None
-        self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.failure: StoreFailed | None = None  # the first write that failed; nothing is appended after it
         self.failed = asyncio.Event()  # set with ``failure``: the core stops the run
         # A screenshot that could not be written fails the store at once, not when its episode ends.
@@ -158,8 +165,13 @@ class RunStore:
                     "started_at": started, "updated_at": time.time(),
                     "config": redact_tree(json.loads(json.dumps(config, default=str)))}
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, default=str))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(manifest, indent=2, default=str))
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise self._fail("manifest.json", exc) from exc
 
     def frame_path(self, episode_id: str, index: int) -> Path:
         return self.frames_dir / frames_name(episode_id) / f"{index:03d}.jpg"
@@ -233,11 +245,16 @@ class RunStore:
             raise self._fail("a verdict", exc) from exc
 
     def close(self) -> None:
-        """Write the screenshots still queued, close the files, release the run directory."""
+        """Write the screenshots still queued, close the files, release the run directory (once: a second call,
+        as when a start that failed closed it already, does nothing)."""
+        if self._fd < 0:
+            return
         self._frames.close()
         os.close(self._fd)
+        self._fd = -1
         if self._judgements_fd is not None:
             os.close(self._judgements_fd)
+            self._judgements_fd = None
         self._lock.release()
 
     def remove_unrecorded_frames(self, records: list[EpisodeRecord]) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 
 from engine import frame_writer
 from engine.store import RunStore, StoreFailed, episode_key, finished_keys, frames_name, read_records
+from tests.conftest import SmallDisk
 
 
 def record(task_id: str, sample: int = 0, **extra: object) -> dict:
@@ -161,3 +162,15 @@ def test_manifest_keeps_start_time_on_resume(tmp_path: Path) -> None:
     assert first["format_version"] == second["format_version"] == 1
     assert second["started_at"] == first["started_at"] and second["config"]["again"] is True
     assert second["code_version"]
+
+
+def test_a_run_directory_on_a_full_disk_fails_at_its_manifest_and_closes_once(small_disk: SmallDisk) -> None:
+    # Before, `run` on a full disk stopped with a traceback (a plain OSError), then a second one: the failed start
+    # had closed the store, and closing it again raised EBADF.
+    small_disk.fill()
+    store = RunStore(small_disk.path / "run")
+    with pytest.raises(StoreFailed, match=r"manifest.json: \[Errno 28\] No space left on device"):
+        store.write_manifest({"tasks": "x"})
+    assert not (small_disk.path / "run" / "manifest.tmp").exists()
+    store.close()
+    store.close()  # as the core's close does after a start that failed
