@@ -74,7 +74,7 @@ class BrowserServer:
             web.post("/execute", self.execute), web.get("/metadata", self.metadata), web.get("/probe", self.probe),
             web.get("/info", self.info)])
         self._runner: web.AppRunner | None = None
-        self._listener: asyncio.base_events.Server | None = None
+        self._listener: asyncio.Server | None = None
         self._expiry: asyncio.Task[None] | None = None
         self.url = ""
 
