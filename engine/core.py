@@ -454,12 +454,19 @@ class EngineCore:
         except StoreFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - a fault of the engine's own loses neither the episode nor the runner
-            log.exception("episode %s: an error of the engine's own", rollout.episode_id)
-            if rollout.record is None:
-                await rollout.end_with_error("internal", f"{type(exc).__name__}: {exc}")
+            await self._engine_fault(rollout, exc)
         finally:  # a runner cancelled just after the record was written still hands it on
             if rollout.record is not None:
                 self._deliver(rollout)
+
+    @staticmethod
+    async def _engine_fault(rollout: Rollout, exc: Exception) -> None:
+        """A runner met an error of the engine's own (a bug): log it, and end the episode with an ``internal``
+        error record unless it has its record already. Called in the ``except`` block (the log takes its
+        traceback)."""
+        log.exception("episode %s: an error of the engine's own", rollout.episode_id)
+        if rollout.record is None:
+            await rollout.end_with_error("internal", f"{type(exc).__name__}: {exc}")
 
     def _is_own(self, website: str) -> bool:
         """Whether ``website`` is on the engine's own sites or the user's local ones (no per-site limits, never
@@ -516,7 +523,7 @@ class EngineCore:
         batch = [await self._pending.get()]
         while len(batch) < self.cfg.concurrency and not self._pending.empty():
             batch.append(self._pending.get_nowait())
-        live = [r for r in batch if not await self._skipped_as_blocked(r) and await self._policy_started(r)]
+        live = [r for r in batch if await self._may_run_in_batch(r)]
         with contextlib.ExitStack() as verdicts:
             for r in live:
                 verdicts.enter_context(self._awaiting_verdict(r, self._redelivery(r)))
@@ -526,6 +533,17 @@ class EngineCore:
             self._pending.done(r)
             self._note_block(r)
             self._deliver(r)
+
+    async def _may_run_in_batch(self, rollout: Rollout) -> bool:
+        """Whether a lock-step batch runs this rollout: not skipped as blocked, its policy started (as in
+        _run_queued, a fault of the engine's own ends it with an ``internal`` record)."""
+        try:
+            return not await self._skipped_as_blocked(rollout) and await self._policy_started(rollout)
+        except StoreFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - see _run_queued
+            await self._engine_fault(rollout, exc)
+            return False
 
     def _redelivery(self, rollout: Rollout) -> Callable[[dict[str, Any]], None] | None:
         """What hands a judged episode's merged record to the record hooks (None: nobody listens)."""

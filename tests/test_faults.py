@@ -132,8 +132,10 @@ async def test_a_worker_whose_log_cannot_be_written_goes_on_serving(
             full.close()
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
 async def test_a_fault_of_the_engines_own_ends_its_episode_with_a_record_and_the_runner_goes_on(
-        tmp_path: Path, sites: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, sites: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        mode: str) -> None:
     # A stand-in for a bug in the scheduler: the check that comes before an episode raises, once. Before, the
     # runner that met it died with it; with one runner the run then waited forever for the records.
     checks = 0
@@ -148,7 +150,7 @@ async def test_a_fault_of_the_engines_own_ends_its_episode_with_a_record_and_the
 
     monkeypatch.setattr(EngineCore, "_skipped_as_blocked", faulty)
     cfg = RunConfig(tasks=str(long_tasks(tmp_path, 4, 2)), output_dir=str(tmp_path / "runs"), concurrency=1,
-                    workers=1, telemetry=None)
+                    workers=1, telemetry=None, mode=mode)
     stats, run_dir = await asyncio.wait_for(run(cfg, InstantPolicy(), sites), 120)
     records = read_records(run_dir)
     assert len(records) == 4 and stats.summary()["lost"] == 0
