@@ -148,8 +148,9 @@ class AsyncWebEnv:
         reply = self._reply(action, rollout)
         reply.token_ids, reply.logprobs, reply.policy_version = token_ids, logprobs, policy_version
         # The caller's mistake (a string for a token id, lists of different lengths) is raised here, before anything
-        # is sent; the rollout records the values as plain numbers (numpy arrays and torch tensors as lists).
-        training_fields(reply)
+        # is sent. Numpy arrays and torch tensors are made plain lists once, here: the rollout's own check of them
+        # then has plain numbers to read.
+        reply.token_ids, reply.logprobs, reply.policy_version = training_fields(reply)
         policy.reply.set_result(reply)
         try:
             request = await self._next_request()

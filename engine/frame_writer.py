@@ -177,12 +177,15 @@ class FrameWriter:
             waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
             if self._room_waiters and self._queued <= self.max_queued // 2:
                 waiters, self._room_waiters = self._room_waiters, []
+            failed: tuple[asyncio.AbstractEventLoop | None, str] | None = None  # the first error, for on_error
             for f, error in zip(frames, errors, strict=True):
                 pending = self._pending.get(f.episode)
                 if pending is not None:
                     pending.queued -= 1
-                    if error:
+                if error:
+                    if pending is not None:
                         pending.errors.append(error)
+                    failed = failed or (f.loop, error)
                 if f.done is not None:
                     self._done.append(f.done)
             wake = loop is not None and not self._wake_scheduled
@@ -190,9 +193,8 @@ class FrameWriter:
                 self._wake_scheduled = True
         if wake and loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._run_done)
-        failed = next(((f, e) for f, e in zip(frames, errors, strict=True) if e), None)
-        if failed and self.on_error is not None and failed[0].loop is not None and not failed[0].loop.is_closed():
-            failed[0].loop.call_soon_threadsafe(self.on_error, failed[1])
+        if failed is not None and self.on_error is not None and failed[0] is not None and not failed[0].is_closed():
+            failed[0].call_soon_threadsafe(self.on_error, failed[1])
         for waiter_loop, future in waiters:
             if not waiter_loop.is_closed():
                 waiter_loop.call_soon_threadsafe(_resolve, future)

@@ -117,12 +117,6 @@ class BrowserServer:
             self._listener = None
         await self.leases.close()
 
-    @property
-    def open_connections(self) -> int:
-        """Client connections open now."""
-        server = self._runner.server if self._runner is not None else None
-        return len(server.connections) if server is not None else 0
-
     # --- middleware ---------------------------------------------------------------------------------------
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -32,9 +32,7 @@ from engine.store import FrameRefError, frame_file, read_records
 from train.demos import demonstration_record
 
 IMAGE_PLACEHOLDER = "<image>"
-
-
-_OUTSIDE = "an image outside the run directory"
+_OUTSIDE = "an image outside the run directory"  # why a step is left out: a reference frame_file refuses
 
 
 def _turn_text(content: Any, images: list[str], image_path: Any) -> str:
