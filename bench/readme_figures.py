@@ -246,11 +246,16 @@ def _standalone_batching(what: str, data: dict[str, Any]) -> str:
             f"{num_text(one['requests_per_s'])}{versus}.")
 
 
+OWN_BLOCK = {"test_time"}  # standalone results that the README shows in a block of their own, not at a glance
+
+
 def standalone_summaries(store: Store) -> list[str]:
     """One bullet per standalone benchmark whose ``summary`` rows include goals, with those rows alone (every row
     is in docs/benchmarks.md; a file of computed figures with no goal has no bullet)."""
     bullets = []
     for name, data in sorted(store.items()):
+        if name in OWN_BLOCK:
+            continue
         headline = [r for r in summary_of(data) or [] if r.get("goal")] if not is_suite(data) else []
         if headline:
             bullets.append(f"- **{data.get('title') or name}** ([docs/benchmarks/{name}.json]"
@@ -396,6 +401,32 @@ def async_levels(store: Store) -> list[str]:
             "of the spread); code " + (data.get("machine", {}).get("git_revision") or "of an unknown revision") + "."]
 
 
+def test_time(store: Store) -> list[str]:
+    """How long ``make test`` took (``bench.test_time``): the install on a fresh clone, then each pytest phase."""
+    data = need(store, "test_time")
+    rows = {r["figure"]: r for r in summary_of(data) or []}
+    m = data.get("machine") or {}
+
+    def seconds(prefix: str) -> str:
+        hit = [r for name, r in rows.items() if name.startswith(prefix)]
+        if not hit:
+            raise FigureError(f"docs/benchmarks/test_time.json has no figure starting {prefix!r}")
+        return keep(f"{num_text(hit[0]['value'])} s")
+
+    phases = data["phases"]
+    where = "a fresh clone" if data["config"].get("fresh_clone") else "a checkout already set up"
+    install = (f"after {seconds('install')} of install (`make setup`, the apt packages already present), "
+               if data["config"].get("fresh_clone") else "")
+    return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "
+            f"{seconds('make test')} on {where} of code {m.get('git_revision') or 'of an unknown revision'}, "
+            f"{install}with {phases['parallel']['passed'] + phases['wallclock']['passed']:,} tests passed, "
+            f"{phases['parallel']['failed'] + phases['wallclock']['failed']} failed and "
+            f"{phases['parallel']['skipped'] + phases['wallclock']['skipped']} skipped: {seconds('the tests in')} for "
+            f"the tests in {data['config']['procs']} pytest processes, then {seconds('then the timing')} for the "
+            f"{phases['wallclock']['tests']} timing tests alone ([docs/benchmarks/test_time.json]"
+            "(docs/benchmarks/test_time.json), `python -m bench.test_time`)."]
+
+
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "at-a-glance": at_a_glance,
     "suite-goals": suite_goals,
@@ -404,6 +435,7 @@ BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "rl-loop": rl_loop,
     "request-rules": request_rules,
     "omnibox": omnibox,
+    "test-time": test_time,
 }
 
 

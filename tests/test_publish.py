@@ -136,3 +136,37 @@ def test_the_async_levels_block_has_a_row_per_level_from_the_stored_figures() ->
     assert f"Medians of {data['repeats']} repeats" in block
     with pytest.raises(FigureError):
         render_block("async-levels", {"soak": SOAK})
+
+
+def test_the_test_time_figures_come_from_a_real_pytest_junit_report(tmp_path: Path) -> None:
+    """``bench.test_time`` reads what pytest itself wrote: counts and each file's time, summed over test classes."""
+    import subprocess
+    import sys
+
+    from bench.test_time import PhaseReport, read_junit, result
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mixed.py").write_text(
+        "import time, pytest\n"
+        "def test_passes():\n    time.sleep(0.2)\n"
+        "def test_fails():\n    assert False\n"
+        "@pytest.mark.skip(reason='not here')\ndef test_skipped():\n    pass\n"
+        "class TestGroup:\n    def test_passes_too(self):\n        time.sleep(0.2)\n")
+    report = tmp_path / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                    f"--junitxml={report}", "tests/test_mixed.py"], cwd=tmp_path, capture_output=True, check=False)
+    phase = read_junit(report)
+    assert (phase.tests, phase.failures, phase.skipped, phase.passed) == (4, 1, 1, 2)
+    assert list(phase.file_seconds) == ["tests/test_mixed.py"]
+    assert phase.file_seconds["tests/test_mixed.py"] >= 0.4 and phase.seconds >= 0.4
+
+    quick = PhaseReport(tests=3, failures=0, errors=0, skipped=0, seconds=2.0, file_seconds={"tests/test_t.py": 2.0})
+    data = result({"setup_s": 200.0, "test_s": 1000.0, "phases": {"parallel": phase, "wallclock": quick}}, 2, True)
+    rows = {r["figure"]: r for r in data["summary"]}
+    assert rows["make test, from start to end"]["met"] is False  # over the 15-minute budget
+    assert rows["tests failed"]["value"] == 1 and rows["tests failed"]["met"] is False
+    assert rows["tests passed"]["value"] == 5
+    assert [f["file"] for f in data["slowest_files"]] == ["tests/test_t.py", "tests/test_mixed.py"]
+    text = render_block("test-time", {"test_time": {**data, "machine": {"cores": 2, "git_revision": "abc1234"}}})
+    assert "1,000 s on a fresh clone of code abc1234, after 200 s of install" in text.replace("\n", " ")
+    assert "5 tests passed, 1 failed and 1 skipped" in text.replace("\n", " ")

@@ -1,0 +1,165 @@
+"""How long the README's test command takes: ``make test``, timed phase by phase, by default on a fresh clone.
+
+``--fresh`` (the default) clones the committed code into a temporary folder and runs the README's two steps there,
+as a new user would: ``make setup`` (the virtual environment, torch, the package and its C extension; the apt
+packages are checked, and installed only when missing), then ``make test``. The clone is removed afterwards, so
+this also shows that the committed files alone install everything the tests need. ``--here`` runs ``make test`` in
+this checkout instead (its setup a no-op).
+
+``make test`` runs the import-layering check, then the tests in ``TEST_PROCS`` processes, then the timing tests
+alone; each pytest phase writes a JUnit report (``TEST_REPORT``), from which come the test counts, each phase's
+time and the slowest test files.
+
+    python -m bench.test_time [--here] [--procs 2] [--json docs/benchmarks/test_time.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.suite import ROOT, machine_facts
+
+PHASES = ("parallel", "wallclock")  # the Makefile's names for its two pytest runs, in order
+BUDGET_S = 15 * 60  # the suite must stay under 15 minutes on 2 cores
+SLOWEST = 8  # test files listed
+
+
+@dataclass
+class PhaseReport:
+    """One pytest run's JUnit report: its counts, its own duration and the time of each test file."""
+
+    tests: int
+    failures: int
+    errors: int
+    skipped: int
+    seconds: float
+    file_seconds: dict[str, float]
+
+    @property
+    def passed(self) -> int:
+        return self.tests - self.failures - self.errors - self.skipped
+
+
+def read_junit(path: Path) -> PhaseReport:
+    """A pytest JUnit XML report (one ``testsuite``, or several under ``testsuites``), summed."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    if not suites:
+        raise ValueError(f"{path}: no testsuite element")
+    files: dict[str, float] = defaultdict(float)
+    for case in root.iter("testcase"):
+        # classname is the module's dotted path, then any test class: tests.test_env.TestStep -> tests/test_env.py
+        parts = (case.get("classname") or "?").split(".")
+        module = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+        files["/".join(parts[:module + 1]) + ".py"] += float(case.get("time") or 0.0)
+
+    def total(attr: str) -> int:
+        return sum(int(s.get(attr) or 0) for s in suites)
+
+    return PhaseReport(tests=total("tests"), failures=total("failures"), errors=total("errors"),
+                       skipped=total("skipped"), seconds=sum(float(s.get("time") or 0.0) for s in suites),
+                       file_seconds=dict(files))
+
+
+def timed(cmd: Sequence[str], cwd: Path, log: Path) -> tuple[float, int]:
+    """Run ``cmd`` in ``cwd`` with its output appended to ``log``; (wall seconds, exit status)."""
+    t0 = time.perf_counter()
+    with log.open("ab") as out:
+        rc = subprocess.run(list(cmd), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+    return time.perf_counter() - t0, rc
+
+
+def row(figure: str, value: float, unit: str, goal: tuple[str, float] | None = None) -> dict[str, Any]:
+    """A ``summary`` row as ``bench.publish`` renders it."""
+    met = None if goal is None else (value <= goal[1] if goal[0] == "<=" else value >= goal[1])
+    return {"figure": figure, "value": round(value, 1), "unit": unit,
+            "goal": None if goal is None else f"{goal[0]} {goal[1]:g}", "met": met}
+
+
+def measure(checkout: Path, procs: int, work: Path, setup: bool) -> dict[str, Any]:
+    """``make setup`` (when ``setup``) then ``make test`` in ``checkout``; the figures, the phases and the slowest
+    files. Raises RuntimeError when a step fails (its output is in ``work/make.log``)."""
+    log = work / "make.log"
+    out: dict[str, Any] = {}
+    if setup:
+        out["setup_s"], rc = timed(["make", "setup"], checkout, log)
+        if rc:
+            raise RuntimeError(f"make setup failed ({rc}); see {log}")
+    prefix = work / "report"
+    out["test_s"], rc = timed(["make", "test", f"TEST_PROCS={procs}", f"TEST_REPORT={prefix}"], checkout, log)
+    if rc:
+        raise RuntimeError(f"make test failed ({rc}); see {log}")
+    out["phases"] = {name: read_junit(Path(f"{prefix}-{name}.xml")) for name in PHASES}
+    return out
+
+
+def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
+    """The stored result: the summary rows and each phase's counts and slowest files."""
+    phases: dict[str, PhaseReport] = measured["phases"]
+    par, wall = phases["parallel"], phases["wallclock"]
+    files: dict[str, float] = defaultdict(float)
+    for phase in phases.values():
+        for name, seconds in phase.file_seconds.items():
+            files[name] += seconds
+    summary = []
+    if "setup_s" in measured:
+        summary.append(row("install on a fresh clone (make setup, the apt packages already present)",
+                           measured["setup_s"], "s"))
+    summary += [
+        row("make test, from start to end", measured["test_s"], "s", ("<=", BUDGET_S)),
+        row(f"the tests in {procs} processes", par.seconds, "s"),
+        row("then the timing tests alone", wall.seconds, "s"),
+        row("tests passed", par.passed + wall.passed, "tests"),
+        row("tests skipped", par.skipped + wall.skipped, "tests"),
+        row("tests failed", par.failures + par.errors + wall.failures + wall.errors, "tests", ("<=", 0)),
+    ]
+    return {
+        "benchmark": "test_time",
+        "config": {"procs": procs, "fresh_clone": fresh, "command": f"make test TEST_PROCS={procs}"},
+        "summary": summary,
+        "phases": {name: {"tests": p.tests, "passed": p.passed, "skipped": p.skipped,
+                          "failed": p.failures + p.errors, "seconds": round(p.seconds, 1)}
+                   for name, p in phases.items()},
+        "slowest_files": [{"file": name, "seconds": round(seconds, 1)}
+                          for name, seconds in sorted(files.items(), key=lambda kv: -kv[1])[:SLOWEST]],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--here", action="store_true", help="run make test in this checkout, not in a fresh clone")
+    ap.add_argument("--procs", type=int, default=2, help="TEST_PROCS: pytest processes of the first phase")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    machine = machine_facts()
+    with tempfile.TemporaryDirectory(prefix="bench-test-time-") as tmp:
+        work = Path(tmp)
+        if args.here:
+            checkout = ROOT
+        else:
+            checkout = work / "clone"
+            subprocess.run(["git", "clone", "--quiet", str(ROOT), str(checkout)], check=True)
+        try:
+            measured = measure(checkout, args.procs, work, setup=not args.here)
+        except RuntimeError:
+            print((work / "make.log").read_text(errors="replace")[-6000:])
+            raise
+    data = {**result(measured, args.procs, not args.here), "machine": machine}
+    for r in data["summary"]:
+        print(f"{r['figure']}: {r['value']:g} {r['unit']}")
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
