@@ -168,5 +168,5 @@ def test_the_test_time_figures_come_from_a_real_pytest_junit_report(tmp_path: Pa
     assert rows["tests passed"]["value"] == 5
     assert [f["file"] for f in data["slowest_files"]] == ["tests/test_t.py", "tests/test_mixed.py"]
     text = render_block("test-time", {"test_time": {**data, "machine": {"cores": 2, "git_revision": "abc1234"}}})
-    assert "1,000 s on a fresh clone of code abc1234, after 200 s of install" in text.replace("\n", " ")
+    assert "1,000 s on a fresh clone of code abc1234, after 200 s of install (" in text.replace("\n", " ")
     assert "5 tests passed, 1 failed and 1 skipped" in text.replace("\n", " ")
