@@ -38,6 +38,10 @@ Element = Annotated[list[int | float | str], msgspec.Meta(min_length=7, max_leng
 MAX_MESSAGE_BYTES = 16 << 20
 # The most screenshot slots a worker's ring may announce (Hello.slot_count).
 MAX_SLOTS = 4096
+# A connection to a socket the engine binds must finish ZeroMQ's handshake (with CURVE's, when on) within this
+# (ZMQ_HANDSHAKE_IVL; ZeroMQ's default is 30 s): a real peer needs a few round trips, and each connection a
+# peer leaves silent holds one of the engine process's file descriptors until then.
+HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 class BrowserAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):

@@ -16,6 +16,8 @@ import asyncio
 
 import zmq
 
+from browserpool.protocol import HANDSHAKE_TIMEOUT_MS
+
 # Messages handed over per batch: the loop runs the tasks they woke before the next batch is read.
 BATCH = 256
 # Plain ints: flags as enums cost an enum operation per call.
@@ -30,6 +32,7 @@ class RouterSocket:
         self.sock: zmq.Socket = zmq.Socket(ctx, zmq.ROUTER)  # type: ignore[type-arg]
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # bigger messages never reach Python
+        self.sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
         self._fd: int = self.sock.getsockopt(zmq.FD)  # fixed for the socket's life; ``sock.FD`` is a getsockopt call
         self._waiter: asyncio.Future[None] | None = None
         self._reading: asyncio.AbstractEventLoop | None = None  # the loop watching the descriptor, while one does

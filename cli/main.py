@@ -19,6 +19,7 @@ from bench.cli import bench as bench_cmd
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.console_streams import keep_going_without_a_console
+from cli.open_files import raise_open_file_limit
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
@@ -275,6 +276,7 @@ def run_cmd(**opts: Any) -> None:
                                             "judge": asdict(judge_cfg)})
         # SIGTERM and SIGHUP are handled like Ctrl-C (engine.shutdown).
         tune_for_engine_process()
+        raise_open_file_limit()
         summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
     except (KeyboardInterrupt, Terminated) as exc:
         # Episodes in flight wrote no record: --resume runs them again (and removes their partial frames).
@@ -283,8 +285,8 @@ def run_cmd(**opts: Any) -> None:
                       f"continue with: webgym-engine run --resume {cfg.run_dir}")
         sys.exit(exc.exit_code if isinstance(exc, Terminated) else 130)
     except StoreFailed as exc:
-        console.print(f"the run stopped: {exc}. Episodes without a record were left for --resume; make room, then "
-                      f"continue with: webgym-engine run --resume {cfg.run_dir}")
+        console.print(f"the run stopped: {exc}. Episodes without a record were left for --resume; once there is "
+                      f"room (or whatever failed is fixed), continue with: webgym-engine run --resume {cfg.run_dir}")
         sys.exit(2)
     console.print(summary_table(summary, title=f"run summary: {cfg.run_dir}"))
     if o.summary_json:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from rich.console import Console
 
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.console_streams import keep_going_without_a_console
+from cli.open_files import raise_open_file_limit
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from engine.config import RunConfig
 from engine.core import EngineCore
@@ -89,21 +89,12 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     import uvloop
 
     tune_for_engine_process()
-    _raise_open_file_limit()
+    raise_open_file_limit()
     try:
         uvloop.run(until_signal(_serve(cfg, server_cfg, opts["sites"], console)))
     except (KeyboardInterrupt, Terminated) as exc:
         console.print("server stopped; every lease was released")
         sys.exit(exc.exit_code if isinstance(exc, Terminated) else 0)
-
-
-def _raise_open_file_limit() -> None:
-    """Raise this process's limit of open files to its hard limit: many systems' soft limit, 1,024, is as many as
-    --max-connections allows by default, and the store, the sockets and the workers need descriptors too."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
-    if soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 async def _serve(cfg: RunConfig, server_cfg: ServerConfig, sites: bool, console: Console) -> None:

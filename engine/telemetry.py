@@ -41,6 +41,7 @@ import msgpack
 import zmq
 
 from browserpool.auth import CurveGuard, KeyFileError, ServerKeys
+from browserpool.protocol import HANDSHAKE_TIMEOUT_MS
 from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
 
@@ -150,6 +151,7 @@ class TelemetryPublisher:
         self._ctx = zmq.Context(io_threads=1)
         sock = self._ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.MAXMSGSIZE, 4096)  # a subscriber only ever sends (un)subscriptions
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
         if keys is not None:
             # The same keys as the worker socket: a monitor connects like a worker does (--server-key, --key).
             self._guard = CurveGuard(self._ctx, keys)

@@ -4,7 +4,10 @@ Chromium, the site server) is killed mid-run with SIGKILL, SIGTERM or a SIGHUP t
 After each, within a few seconds, no process of that run is left (found by a marker in their environment, which
 every descendant inherits, and by the process tree recorded before the kill), no shared-memory segment or temp
 directory carries the engine's name; `run --resume` then gives exactly one record per task. While the run is live
-a second writer is refused. Spawned workers and Chromium never see the engine's API keys."""
+a second writer is refused. Spawned workers and Chromium never see the engine's API keys.
+
+Then what must not kill a run, or must stop it cleanly: a full disk (a clean stop, then `--resume`), a console that
+cannot be written, a flood of silent connections to its worker socket."""
 
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ import collections
 import contextlib
 import json
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -344,3 +349,45 @@ def test_a_run_whose_console_cannot_be_written_goes_on_to_its_records(tasks: Pat
     assert proc.returncode == 0
     [run_dir] = (tmp_path / "runs").glob("run-*")
     assert len(read_records(run_dir)) == N_TASKS
+
+
+def test_silent_connections_to_the_worker_socket_do_not_stop_a_run(tmp_path: Path) -> None:
+    # Before, with a soft limit of open files like many systems' 1,024 (here 256, for speed), a peer that opened
+    # ~300 connections to `--listen` and never spoke stopped the run within seconds: the store could not open a
+    # screenshot file ("Too many open files").
+    low = 256
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 8 * low:
+        pytest.skip(f"the hard limit of open files ({hard}) leaves nothing to raise the soft one to")
+    with socket.socket() as s:  # a free port (the engine binds it a moment later)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tasks = write_tasks(tmp_path / "tasks.jsonl", N_TASKS)
+    log = tmp_path / "engine.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            engine_cmd(tasks, tmp_path / "runs", "--listen", f"tcp://127.0.0.1:{port}", "--insecure"), cwd=ROOT,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env={**os.environ, "COLUMNS": "1000"},
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard)))
+    silent: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not silent:
+            try:
+                silent.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except ConnectionRefusedError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        silent += [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(low + 100)]
+        rc = proc.wait(timeout=240)
+    finally:
+        for s in silent:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = " ".join(log.read_text(errors="replace").split())
+    assert rc == 0, said
+    [run_dir] = (tmp_path / "runs").glob("run-*")
+    records = read_records(run_dir)
+    assert len(records) == N_TASKS and len({r["episode_id"] for r in records}) == N_TASKS

@@ -9,11 +9,13 @@ import http.server
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import zmq.asyncio
 from browserpool.auth import ClientKeys, KeyFileError, ServerKeys
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig, PoolError, WorkerLost
-from browserpool.protocol import BrowserAction
+from browserpool.protocol import HANDSHAKE_TIMEOUT_MS, BrowserAction
 from engine._imgcodec import jpeg_size
 from engine.telemetry import TelemetryPublisher
 from tests.conftest import until
@@ -321,3 +323,38 @@ async def test_a_world_readable_secret_key_is_refused(world_readable_key: Path, 
     res = cli("run", "--listen", "tcp://127.0.0.1:0", "--server-key", str(world_readable_key),
               "--allow-keys", str(keys / "allowed"), "--episodes", "1")
     assert res.returncode != 0 and "readable by others" in res.stderr
+
+
+def closed_after(host: str, port: int, limit_s: float) -> float:
+    """Connect to ``host:port``, send nothing, and return how long the other side took to close the connection."""
+    with socket.create_connection((host, port), timeout=limit_s) as conn:
+        t0 = time.monotonic()
+        with contextlib.suppress(ConnectionResetError):
+            while conn.recv(4096):  # ZeroMQ's greeting, then nothing more
+                pass
+        return time.monotonic() - t0
+
+
+@pytest.mark.wallclock
+async def test_a_connection_that_never_speaks_is_closed_after_the_handshake_timeout(keys: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Each connection a peer opens and leaves silent holds one of the engine's file descriptors until ZeroMQ
+    gives up on its handshake: on the worker socket and on the telemetry socket, within HANDSHAKE_TIMEOUT_MS
+    (before: ZeroMQ's default, 30 s)."""
+    server = ServerKeys.load(keys / "keys" / "engine.key_secret", keys / "allowed")
+    pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen="tcp://127.0.0.1:0", start_timeout_s=60,
+                                  server_keys=server))
+    starting = await started(pool)
+    pub = TelemetryPublisher("tcp://127.0.0.1:*", tmp_path, server_keys=server)
+    pub.start()
+    try:
+        took = await asyncio.gather(*(asyncio.to_thread(closed_after, "127.0.0.1", int(e.rsplit(":", 1)[1]), 60)
+                                      for e in (pool.endpoint, pub.endpoint)))
+    finally:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, PoolError):
+            await starting
+        await pool.close()
+        await pub.close()
+    limit = HANDSHAKE_TIMEOUT_MS / 1000
+    assert all(limit - 1 < t < limit + 8 for t in took), took
