@@ -333,7 +333,9 @@ def decode_body(body: Any) -> Any:
 def _decode(decoder: msgspec.msgpack.Decoder, data: Any) -> Any:
     try:
         return decoder.decode(data)
-    except (msgspec.MsgspecError, ValueError) as exc:  # ValueError: invalid UTF-8 in a string, among others
+    # ValueError: invalid UTF-8 in a string, among others; RecursionError: arrays nested too deep (a message of
+    # 100 kB can nest 100,000 deep, and even a Raw field is walked to be skipped).
+    except (msgspec.MsgspecError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"undecodable message: {exc}") from exc
 
 

@@ -137,7 +137,7 @@ class Blocklist:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             entries = {d: Entry(**e) for d, e in data.get("domains", {}).items()}
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
             self._mtime = mtime  # reported once per change of the file
             self._fail(ValueError(f"{self.path}: not a blocklist file: {exc}"), "kept the entries read before")
             return

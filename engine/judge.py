@@ -510,7 +510,7 @@ class RubricJudge:
             return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None  # missing, or unreadable (then it is overwritten by the new verdict)
         if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("verdict"), bool):
             return None

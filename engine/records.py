@@ -272,9 +272,11 @@ def _parse(line: bytes, where: str) -> Any:
         return _PLAIN.decode(line)
     except msgspec.DecodeError:
         pass
+    except RecursionError:  # nested too deep for either parser
+        raise RecordFormatError(f"{where} is not JSON: arrays or objects nested too deep", malformed=True) from None
     try:
         return json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise RecordFormatError(f"{where} is not JSON: {exc}", malformed=True) from None
 
 

@@ -29,6 +29,14 @@ STEP_CAPS = {"train": (10, 20, 30), "test": (30, 50, 70)}
 BUCKETS = ("easy", "medium", "hard")
 CHECK_KINDS = {"url", "text", "js", "answer"}
 SOLUTION_ACTIONS = {"click", "type", "key", "scroll", "go_back", "navigate", "wait", "answer", "hover"}
+# The most characters each text field may hold, and the most facts a rubric may list. A task's text is in every
+# prompt of its episode and in every step's record (the prompt as sent), and each fact costs a judge call: a
+# runaway field (a whole page pasted into a task name) is an error here, not megabytes a step later. Far above
+# what a real task needs.
+TEXT_CHARS = {"task_id": 1024, "task_name": 32_768, "website": 8192, "benchmark_name": 1024, "domain": 1024,
+              "subdomain": 1024, "definite_answer": 32_768}
+RUBRIC_TEXT_CHARS = 32_768  # each fact, and each fact group's description
+MAX_FACTS = 1000
 KNOWN_FIELDS = frozenset({"task_id", "task_name", "website", "benchmark_name", "domain", "subdomain",
                           "definite_answer", "difficulty", "attempt_level", "evaluator_reference", "max_steps",
                           "reference_solution"})
@@ -182,7 +190,13 @@ class _Line:
         v = str(v).strip()
         if required and not v:
             raise self.fail(name, "empty")
-        return v
+        return self.within(name, v, TEXT_CHARS[name])
+
+    def within(self, name: str, text: str, limit: int) -> str:
+        """``text``, or an error when it is longer than ``limit`` characters."""
+        if len(text) > limit:
+            raise self.fail(name, f"{len(text):,} characters, over the limit of {limit:,}")
+        return text
 
     def int_field(self, name: str, default: int | None) -> int | None:
         v = self.rec.get(name)
@@ -217,14 +231,14 @@ def _rubric(line: _Line, raw: Any) -> tuple[RubricGroup, ...]:
     if raw is None or raw == "":
         return ()
     if isinstance(raw, str):
-        return (RubricGroup("1", raw, (raw,)),)
+        return (RubricGroup("1", raw, (line.within("evaluator_reference", raw, RUBRIC_TEXT_CHARS),)),)
     if not isinstance(raw, list):
         raise line.fail("evaluator_reference", f"expected a list of fact groups, got {type(raw).__name__}")
-    groups = []
+    groups: list[RubricGroup] = []
     for i, g in enumerate(raw):
         where = f"evaluator_reference[{i}]"
         if isinstance(g, str):
-            groups.append(RubricGroup(str(i + 1), g, (g,)))
+            groups.append(RubricGroup(str(i + 1), g, (line.within(where, g, RUBRIC_TEXT_CHARS),)))
             continue
         if not isinstance(g, dict):
             raise line.fail(where, f"expected an object or a string, got {type(g).__name__}")
@@ -232,11 +246,15 @@ def _rubric(line: _Line, raw: Any) -> tuple[RubricGroup, ...]:
             desc = g.get("description")
             if not isinstance(desc, str) or not desc:
                 raise line.fail(where, "needs 'facts' or a 'description'")
+            desc = line.within(f"{where}.description", desc, RUBRIC_TEXT_CHARS)
             groups.append(RubricGroup(str(g.get("id", i + 1)), desc, (desc,)))
             continue
         facts = g["facts"]
         if not isinstance(facts, list) or not facts or not all(isinstance(f, str) for f in facts):
             raise line.fail(f"{where}.facts", "expected a non-empty list of strings")
+        for j, fact in enumerate(facts):
+            line.within(f"{where}.facts[{j}]", fact, RUBRIC_TEXT_CHARS)
+        line.within(f"{where}.description", str(g.get("description", "")), RUBRIC_TEXT_CHARS)
         checks = g.get("checks") or []
         if checks:
             if not isinstance(checks, list) or len(checks) != len(facts):
@@ -250,6 +268,8 @@ def _rubric(line: _Line, raw: Any) -> tuple[RubricGroup, ...]:
                     raise line.fail(f"{where}.checks[{j}]", "needs 'contains', 'equals' or 'regex'")
         groups.append(RubricGroup(str(g.get("id", i + 1)), str(g.get("description", "")),
                                   tuple(facts), tuple(checks)))
+    if sum(len(g.facts) for g in groups) > MAX_FACTS:
+        raise line.fail("evaluator_reference", f"more than {MAX_FACTS:,} facts")
     return tuple(groups)
 
 
@@ -308,9 +328,10 @@ def _build(rec: Any, path: Path, where: str, base_url: str | None,
     attempt_level = take(lambda: line.int_field("attempt_level", 0) or 0, 0)
     max_steps = take(max_steps_field, None)
     solution = take(lambda: _solution(line, line.rec.get("reference_solution")), ())
+    answer = line.rec.get("definite_answer")
+    take(lambda: line.within("definite_answer", str(answer).strip(), TEXT_CHARS["definite_answer"]), None)
     if errors:
         return None, task_id, errors
-    answer = line.rec.get("definite_answer")
     return Task(
         task_id=task_id, task_name=task_name, website=website, benchmark_name=benchmark, domain=domain,
         subdomain=subdomain, definite_answer=str(answer).strip() if answer not in (None, "") else None,
@@ -346,10 +367,20 @@ def _is_json_document(path: Path, text: str) -> bool:
     if head.startswith("{"):
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError:
-            return False  # several objects: JSONL
+        except (ValueError, RecursionError):
+            return False  # several objects (JSONL), or a document that _records reports
         return isinstance(doc, dict) and isinstance(doc.get("tasks"), list)
     return False
+
+
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    """What ``json.loads`` found wrong: a syntax error with its column, a number too long for an integer (Python
+    refuses more than 4,300 digits: ``ValueError``) or arrays and objects nested too deep (``RecursionError``)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} (column {exc.colno})"
+    if isinstance(exc, RecursionError):
+        return "arrays or objects nested too deep"
+    return str(exc).split(";")[0]
 
 
 def _records(path: Path, text: str) -> Iterator[tuple[str, Any]]:
@@ -361,14 +392,14 @@ def _records(path: Path, text: str) -> Iterator[tuple[str, Any]]:
                 continue
             try:
                 yield f"line {lineno}", json.loads(raw)
-            except json.JSONDecodeError as exc:
-                yield f"line {lineno}", TaskFileError(
-                    f"{path}, line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
+            except (ValueError, RecursionError) as exc:
+                yield f"line {lineno}", TaskFileError(f"{path}, line {lineno}: invalid JSON: {_json_problem(exc)}")
         return
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        yield "", TaskFileError(f"{path}, line {exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
+    except (ValueError, RecursionError) as exc:
+        where = f", line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        yield "", TaskFileError(f"{path}{where}: invalid JSON: {_json_problem(exc)}")
         return
     if isinstance(doc, dict) and isinstance(doc.get("tasks"), list):
         doc = doc["tasks"]

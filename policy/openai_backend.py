@@ -283,7 +283,7 @@ class OpenAIModel(LanguageModel):
         if status == 200:
             try:
                 return json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # also: a number too long, nesting too deep
                 raise PolicyError(f"request {request_id}: malformed JSON from {self.url}: {exc}; "
                                   f"body: {raw[:_ERROR_BODY_CHARS]!r}") from None
         message = _error_message(raw)
@@ -429,7 +429,10 @@ def _parse_version(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and value.isdigit():
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # a digit int() does not read ("²"), or more digits than Python converts
+            return None
     return None
 
 
@@ -452,7 +455,7 @@ def _error_message(raw: bytes) -> str:
     or the start of the body."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw[:_ERROR_BODY_CHARS].decode("utf-8", "replace").strip() or "(empty body)"
     if isinstance(data, dict):
         err = data.get("error")

@@ -202,7 +202,7 @@ class BrowserServer:
                 body = await request.json()
         except TimeoutError:
             raise LeaseError(408, f"The request body did not arrive within {self.cfg.body_deadline_s:g} s") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # bad JSON or UTF-8, a number too long, nesting too deep
             raise LeaseError(400, "The body is not JSON") from None
         if not isinstance(body, dict):
             raise LeaseError(400, "The body must be a JSON object")

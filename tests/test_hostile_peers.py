@@ -54,9 +54,11 @@ async def attack(endpoint: str) -> dict[str, int]:
     try:
         garbage = sock(zmq.DEALER)
         for data in (b"", b"\xc1", b"not msgpack \xff", msgpack.packb(["nope", 1]), msgpack.packb({"a": 1}),
-                     msgpack.packb(["rep", 1, True, None, None, None])):  # a reply before any hello
+                     msgpack.packb(["rep", 1, True, None, None, None]),  # a reply before any hello
+                     # a reply whose body nests 100,000 deep
+                     b"\x96\xa3rep\x01\xc3" + b"\x91" * 100_000 + b"\xc0\xc0\xc0"):
             await garbage.send(data)
-        sent["garbage"] = 6
+        sent["garbage"] = 7
         # A REQ socket sends two frames (an empty delimiter, then the payload).
         req = sock(zmq.REQ)
         await req.send(P.encode(hello("req-peer")))

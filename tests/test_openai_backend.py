@@ -12,6 +12,7 @@ import base64
 import contextlib
 import email.utils
 import io
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -327,15 +328,40 @@ async def one_handler_server(handler: Callable[[Any], Awaitable[Any]], **model_k
         await runner.cleanup()
 
 
-async def test_malformed_json_reply() -> None:
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(("status", "body", "error"), [
+    (200, "{not json", "malformed JSON"),
+    # Before, a reply nested too deep raised RecursionError out of the backend, not a PolicyError.
+    (200, DEEP, "malformed JSON .*recursion"),
+    (200, '{"id": ' + "9" * 5000 + "}", "malformed JSON .*4300 digits"),
+    (400, DEEP, "answered HTTP 400: " + re.escape("[" * 50)),
+], ids=["syntax", "nested-too-deep", "number-too-long", "error-nested-too-deep"])
+async def test_malformed_json_reply(status: int, body: str, error: str) -> None:
     from aiohttp import web
 
     async def handler(request: web.Request) -> web.Response:
-        return web.Response(text="{not json", content_type="application/json")
+        return web.Response(text=body, status=status, content_type="application/json")
 
     async with one_handler_server(handler) as model:
-        with pytest.raises(PolicyError, match="malformed JSON"):
+        with pytest.raises(PolicyError, match=error):
             await model.generate(chat_request())
+
+
+async def test_a_weight_version_that_is_not_a_number_python_reads_is_none() -> None:
+    # "²" is a digit to str.isdigit but not to int(); before, it raised ValueError out of the reply's parsing.
+    from aiohttp import web
+
+    versions = iter(["²", "9" * 5000, "12"])
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+                                  "metadata": {"weight_version": next(versions)}})
+
+    async with one_handler_server(handler) as model:
+        served = [(await model.generate(chat_request(f"r{i}"))).policy_version for i in range(3)]
+    assert served == [None, None, 12]
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])

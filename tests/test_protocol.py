@@ -240,6 +240,10 @@ def test_browser_action_wire_omits_unset_fields() -> None:
     assert P.BrowserAction("type", text="x", clear=False, enter=False).to_wire()["clear"] is False
 
 
+# ["rep", req_id, ok, body, None, None] with a body of arrays nested 100,000 deep
+REPLY_NESTED_TOO_DEEP = b"\x96\xa3rep\x01\xc3" + b"\x91" * 100_000 + b"\xc0" + b"\xc0\xc0"
+
+
 @pytest.mark.parametrize("data", [
     b"",
     b"\xc1",  # a byte msgpack never uses
@@ -257,10 +261,28 @@ def test_browser_action_wire_omits_unset_fields() -> None:
     msgpack.packb(["shutdown", 1]),
     P.encode(P.Welcome(True)) + b"\x00",  # trailing bytes
     b"\x91\xa8\x00\x00\x00\x00\x00\x00\x00\x80",  # a tag that is not UTF-8
+    b"\x91" * 100_000 + b"\xc0",  # arrays nested 100,000 deep
+    REPLY_NESTED_TOO_DEEP,
 ], ids=lambda d: d[:12].hex() or "empty")
 def test_bad_bytes_raise_protocol_error(data: bytes) -> None:
     with pytest.raises(P.ProtocolError):
         P.decode(data)
+
+
+def test_values_nested_too_deep_are_protocol_errors_wherever_they_are_read() -> None:
+    # Before, each of these raised RecursionError: from the engine's receive loop, that ended the run.
+    deep = b"\x91" * 100_000 + b"\xc0"
+    with pytest.raises(P.ProtocolError):
+        P.decode_from_worker(REPLY_NESTED_TOO_DEEP)  # the body is Raw, but walked to be skipped
+    with pytest.raises(P.ProtocolError):
+        P.decode_body(msgspec.Raw(deep))  # an evaluate's result
+    obs = list(msgspec.msgpack.decode(msgspec.msgpack.encode(P.Observation("u", "t", True, "quiet", 1, 1))))
+    probe = [f.name for f in msgspec.structs.fields(P.Observation)].index("probe")
+    obs += [None] * (probe + 1 - len(obs))
+    parts = [msgspec.msgpack.encode(v) for v in obs]
+    parts[probe] = deep
+    with pytest.raises(P.ProtocolError):  # a probe's value
+        P.decode_observation(msgspec.Raw(b"\xdc" + len(obs).to_bytes(2, "big") + b"".join(parts)))
 
 
 def test_protocol_error_is_a_value_error() -> None:

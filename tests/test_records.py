@@ -142,9 +142,12 @@ async def test_wrong_type_on_a_complete_line_names_line_and_field(real_run: Path
             decode_record(bad, path="run/x.jsonl", line_no=7)
 
 
-async def test_a_complete_line_that_is_not_json_is_refused(real_run: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("broken", ["cut", "nested-too-deep"])
+async def test_a_complete_line_that_is_not_json_is_refused(real_run: Path, tmp_path: Path, broken: str) -> None:
     lines = lines_of(real_run)
-    run_dir = copy_run(real_run, tmp_path / "run", [lines[0], lines[1][:50], lines[2]])
+    # nested too deep: before, msgspec's RecursionError came out of read_records as it was
+    bad = lines[1][:50] if broken == "cut" else b"[" * 100_000 + b"]" * 100_000
+    run_dir = copy_run(real_run, tmp_path / "run", [lines[0], bad, lines[2]])
     with pytest.raises(RecordFormatError, match=r"episodes\.jsonl line 2 is not JSON") as exc:
         read_records(run_dir)
     assert exc.value.malformed

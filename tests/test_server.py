@@ -203,6 +203,9 @@ async def test_bad_input_gets_a_clear_4xx_and_harms_no_other_lease(
         ("POST", "/execute", {"json": {"back": {}}}, 422, "instance_id, node"),
         ("POST", "/execute", {"json": [1, 2]}, 400, "JSON object"),
         ("POST", "/execute", {"data": b"\xff{not json"}, 400, "not JSON"),
+        # Before, these two were 500s: RecursionError and ValueError (a number of more than 4,300 digits).
+        ("POST", "/execute", {"data": b"[" * 100_000 + b"]" * 100_000}, 400, "not JSON"),
+        ("POST", "/execute", {"data": b'{"back": ' + b"9" * 5000 + b"}"}, 400, "not JSON"),
         ("POST", "/execute", {"data": b"x" * (2 << 20)}, 413, "Maximum request body size"),
         ("GET", "/screenshot", {"params": {"node": lease["node"]}}, 422, "instance_id"),
         ("GET", "/screenshot", {"params": {**lease, "format": "gif"}}, 400, "format must be jpeg or png"),

@@ -193,6 +193,44 @@ def test_malformed_file_reports_every_error_with_its_line(tmp_path: Path) -> Non
     assert [str(e) for e in validate_file(empty)] == [f"{empty}: no tasks in file"]
 
 
+def test_runaway_values_are_errors_that_name_their_line_and_field(tmp_path: Path) -> None:
+    # Before, a number of 5,000 digits or arrays nested 50,000 deep raised out of json.loads past the loader (a
+    # traceback from `tasks validate`, a bare "Error: Exceeds the limit..." from `run`), and a 1 MB task name was
+    # taken as it was: one 10-step episode's record then held 11 MB, the task's text once in each step's prompt.
+    good = {"task_id": "a1", "task_name": "Find it", "website": "example.com",
+            "evaluator_reference": [{"id": 1, "description": "d", "facts": ["f"]}]}
+    path = write_lines(
+        tmp_path / "runaway.jsonl",
+        good,                                                                           # 1
+        '{"task_id": "n", "task_name": "t", "website": "w", "difficulty": ' + "9" * 5000 + "}",  # 2
+        "[" * 50_000 + "]" * 50_000,                                                    # 3
+        {**good, "task_id": "a2", "task_name": "x" * 40_000},                           # 4
+        {**good, "task_id": "a3", "evaluator_reference": [{"facts": ["f" * 40_000]}]},  # 5
+        {**good, "task_id": "a4", "evaluator_reference": [{"facts": ["f"] * 1001}]},   # 6
+        {**good, "task_id": "a5", "definite_answer": "y" * 40_000},                     # 7
+        {**good, "task_id": "i" * 2000},                                                # 8
+        {**good, "task_id": "a6", "task_name": "x" * 32_768},                           # 9: at the limit
+    )
+    valid, errors = check_file(path)
+    assert [t.task_id for t in valid] == ["a1", "a6"]
+    p = str(path)
+    assert [str(e) for e in errors] == [
+        f"{p}, line 2: invalid JSON: Exceeds the limit (4300 digits) for integer string conversion: value has "
+        "5000 digits",
+        f"{p}, line 3: invalid JSON: arrays or objects nested too deep",
+        f"{p}, line 4: field 'task_name': 40,000 characters, over the limit of 32,768",
+        f"{p}, line 5: field 'evaluator_reference[0].facts[0]': 40,000 characters, over the limit of 32,768",
+        f"{p}, line 6: field 'evaluator_reference': more than 1,000 facts",
+        f"{p}, line 7: field 'definite_answer': 40,000 characters, over the limit of 32,768",
+        f"{p}, line 8: field 'task_id': 2,000 characters, over the limit of 1,024",
+    ]
+    document = tmp_path / "deep.json"
+    document.write_text("[" * 50_000 + "]" * 50_000)
+    assert [str(e) for e in validate_file(document)] == [f"{document}: invalid JSON: arrays or objects nested too deep"]
+    res = CliRunner().invoke(tasks_cli, ["validate", str(path)])
+    assert res.exit_code == 1 and "line 3: invalid JSON: arrays or objects nested too deep" in res.output
+
+
 def _rec(task_id: str, *group_sizes: int, **kw: Any) -> dict[str, Any]:
     return {"task_id": task_id, "task_name": f"Do {task_id}.", "website": "shop.example", "domain": "shopping",
             "definite_answer": "yes", "attempt_level": 0,

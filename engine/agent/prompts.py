@@ -115,7 +115,7 @@ class PromptTemplates:
         else:
             try:
                 overrides = json.loads(text)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ValueError(f"{p}: invalid JSON: {exc}") from None
             if not isinstance(overrides, dict):
                 raise ValueError(f"{p}: expected a JSON object of templates")
