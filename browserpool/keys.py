@@ -102,9 +102,15 @@ def parse_combo(combo: str) -> tuple[int, KeyDef]:
 
 # Characters typed key by key at each end of a long text; its middle is inserted at once (typing_plan).
 TYPE_KEYED_EDGE = 64
+# Newlines in the middle of a long text pressed as Enter, at most; later ones are inserted with the text around them.
+TYPE_MIDDLE_ENTERS = 64
+# Line breaks one type action may hold. Chromium's editing inserts a line break in time that grows with the lines
+# already there (a textarea took 0.6 s for 1,000, 8.7 s for 4,000): a text of many thousands would hang its page.
+TYPE_MAX_LINE_BREAKS = 1000
 
 
-def typing_plan(text: str, edge: int = TYPE_KEYED_EDGE) -> list[tuple[KeyDef | None, str]]:
+def typing_plan(text: str, edge: int = TYPE_KEYED_EDGE,
+                middle_enters: int = TYPE_MIDDLE_ENTERS) -> list[tuple[KeyDef | None, str]]:
     """How ``text`` is typed, in order: ``(key, character)`` for each key press, ``(None, run)`` for a run
     inserted at once (``Input.insertText``: an ``input`` event, no key events).
 
@@ -112,13 +118,19 @@ def typing_plan(text: str, edge: int = TYPE_KEYED_EDGE) -> list[tuple[KeyDef | N
     runs of characters other than newlines are inserted. A key press (two CDP key events) costs ~1.5 ms, most of it
     outside Python, so a text of a few thousand characters typed key by key would run past an action's cap; a
     page still sees its first and last ``edge`` characters as keys (what an autocomplete or a key handler reacts
-    to), and every newline as an Enter. Characters without a key (most non-ASCII ones) are always inserted, as a
-    run."""
+    to), and the middle's first ``middle_enters`` newlines as Enter. The middle's later newlines are inserted too
+    (a textarea gets the same text): 20,000 newlines pressed one by one kept a worker too busy to heartbeat, and
+    the engine dropped it with every episode it served. Characters without a key (most non-ASCII ones) are always
+    inserted, as a run."""
     middle = range(edge, len(text) - edge) if len(text) > 2 * edge else range(0)
     plan: list[tuple[KeyDef | None, str]] = []
     run: list[str] = []
+    enters = 0
     for i, ch in enumerate(text):
-        kd = key_for_char(ch) if i not in middle or ch == "\n" else None
+        keyed = i not in middle
+        if not keyed and ch == "\n" and enters < middle_enters:
+            keyed, enters = True, enters + 1
+        kd = key_for_char(ch) if keyed else None
         if kd is not None:
             if run:
                 plan.append((None, "".join(run)))

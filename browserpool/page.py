@@ -20,7 +20,7 @@ from playwright.async_api import BrowserContext, CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
-from browserpool.keys import KeyDef, parse_combo, typing_plan
+from browserpool.keys import TYPE_MAX_LINE_BREAKS, KeyDef, parse_combo, typing_plan
 from browserpool.netpolicy import NetPolicy
 from browserpool.page_scripts import LOCATE_FN, SCROLL_FN, SELECT_FN, TITLE_CHARS, som_expression
 from browserpool.protocol import BrowserAction, PageEvent
@@ -641,6 +641,10 @@ class EpisodePage:
         elif kind == "hover":
             await self.cdp.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
         elif kind == "type":
+            breaks = (a.text or "").count("\n")
+            if breaks > TYPE_MAX_LINE_BREAKS:
+                raise ActionRefused(f"{breaks:,} line breaks in the text: at most {TYPE_MAX_LINE_BREAKS:,} are typed "
+                                    "in one action")
             if x is not None:
                 await self._click(x, y)
             if a.clear:

@@ -13,7 +13,14 @@ import pytest
 import uvloop
 
 from browserpool.config import DEFAULT_CHROMIUM, FULL_CHROMIUM, WorkerConfig
-from browserpool.keys import TYPE_KEYED_EDGE, KeyDef, key_for_char, typing_plan
+from browserpool.keys import (
+    TYPE_KEYED_EDGE,
+    TYPE_MAX_LINE_BREAKS,
+    TYPE_MIDDLE_ENTERS,
+    KeyDef,
+    key_for_char,
+    typing_plan,
+)
 from browserpool.pool import BrowserOpError, BrowserSession, PoolConfig
 from browserpool.protocol import BrowserAction, FrameRef, Observation
 from engine._imgcodec import decode, frame_diff
@@ -155,6 +162,23 @@ async def test_a_long_text_is_typed_whole_within_the_action_cap(open_page) -> No
         assert seen["input"] < 2 * TYPE_KEYED_EDGE + 20
 
 
+async def test_a_text_of_many_lines_is_typed_with_a_bounded_number_of_key_presses_or_refused(open_page) -> None:
+    # Before, every newline was an Enter press: 20,000 of them, 40,000 key events sent at once, kept the worker too
+    # busy to heartbeat for 14 s (its other sessions waited as long) and hung the page.
+    text = "x" + "\n" * TYPE_MAX_LINE_BREAKS + "y"
+    async with open_page("type_long.html") as (session, _, _f):
+        obs, _ = await act(session, BrowserAction("type", selector="#t", text=text, clear=False, enter=False))
+        check_quiet(obs, "/fixtures/type_long.html", "type long")
+        value, seen = await js(session, "document.getElementById('t').value", "window.seen")
+        assert value == text
+        assert seen["enter"] == 2 * TYPE_KEYED_EDGE - 2 + TYPE_MIDDLE_ENTERS
+        assert seen["keydown"] == 2 * TYPE_KEYED_EDGE + TYPE_MIDDLE_ENTERS == seen["keyup"]
+        # More line breaks than that would hang the page in Chromium's editing: refused at once, nothing typed.
+        with pytest.raises(BrowserOpError, match="20,000 line breaks in the text: at most 1,000 are typed"):
+            await session.act(BrowserAction("type", selector="#t", text="\n" * 20_000))
+        assert await js(session, "document.getElementById('t').value.length") == [len(text)]
+
+
 def test_the_typing_plan_presses_keys_at_both_ends_and_inserts_the_middle() -> None:
     def keys(plan: list[tuple[KeyDef | None, str]]) -> str:
         return "".join(c for kd, c in plan if kd is not None)
@@ -169,6 +193,11 @@ def test_the_typing_plan_presses_keys_at_both_ends_and_inserts_the_middle() -> N
     assert typing_plan("caf\u00e9 \u4e2d\u6587!")[3:] == [(None, "\u00e9"), (key_for_char(" "), " "),
                                                      (None, "\u4e2d\u6587"), (key_for_char("!"), "!")]
     assert typing_plan("") == []
+    many = "a" * 64 + "\n" * 1000 + "z" * 64  # the middle's newlines after the first 64 are inserted
+    plan = typing_plan(many)
+    assert "".join(c for _kd, c in plan) == many
+    assert keys(plan) == "a" * 64 + "\n" * TYPE_MIDDLE_ENTERS + "z" * 64
+    assert [c for kd, c in plan if kd is None] == ["\n" * (1000 - TYPE_MIDDLE_ENTERS)]
 
 
 async def test_type_into_a_native_select_picks_an_option(open_page) -> None:
