@@ -49,6 +49,12 @@ RETRY_AFTER_CHARS = 64
 # Longest element text a Set-of-Marks pass reports (longer ones are cut, with an ellipsis).
 SOM_TEXT_CHARS = 80
 
+# The most storages (origins, and partitions: origins x top-level sites) a reused tab clears one by one, each a CDP
+# call. A page that reached more (images from thousands of subdomains, redirects through many sites) has its context
+# dropped instead, which clears everything at once: clearing 2,000 origins under 300 sites kept a worker's event loop
+# busy for 9 s.
+MAX_CLEARED_STORAGES = 2000
+
 
 class ActionRefused(Exception):
     """The action cannot be carried out (bad URL scheme, unknown key, missing target)."""
@@ -484,11 +490,15 @@ class EpisodePage:
                 return value.strip()[:RETRY_AFTER_CHARS]
         return None
 
-    async def reset(self, more_origins: set[str] | None = None) -> None:
+    async def reset(self, more_origins: set[str] | None = None) -> bool:
         """Make the tab reusable by another episode: leave the page (its scripts stop), forget the
         storage of every origin visited (its frames', popups', and ``more_origins``: those the network
         proxy saw) and the navigation history. Reusing the tab is ~4x cheaper than a new one (no new
-        renderer process)."""
+        renderer process). False, with nothing done, when there is more storage to clear than
+        :data:`MAX_CLEARED_STORAGES`: the context is to be dropped instead."""
+        origins = self.origins | more_origins if more_origins else self.origins
+        if len(origins) * (1 + len(self.top_sites)) > MAX_CLEARED_STORAGES:
+            return False
         with contextlib.suppress(PageHung):
             await self.evaluate("try { sessionStorage.clear(); } catch (e) {}")
         res = await self.cdp.send("Page.navigate", {"url": "about:blank"})
@@ -497,7 +507,6 @@ class EpisodePage:
         # attached to an active page") and the next episode's navigation can collide with this one
         # and never finish.
         await self._wait_for_document(res.get("loaderId"))
-        origins = self.origins | more_origins if more_origins else self.origins
         # A frame of another site keeps its storage in a partition of the top-level site it was embedded in
         # (storage key "ORIGIN/^0SITE"), which clearing by origin does not reach: each such key is cleared too
         # (candidate sites: without a public-suffix list every parent domain is tried; unknown keys cost nothing).
@@ -515,6 +524,7 @@ class EpisodePage:
         self.url, self.title, self.status = "about:blank", "", None
         self.note, self._adopt = None, None
         self.events.clear()
+        return True
 
     async def forget_history(self) -> None:
         """Drop the back/forward list, so go_back never reaches a previous episode's pages."""

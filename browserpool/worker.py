@@ -573,13 +573,14 @@ class BrowserWorker:
                 slot.proxy.close_connections()
                 more_origins, slot.proxy.origins = slot.proxy.origins, set()
             async with asyncio.timeout(5):
-                await ep.page.reset(more_origins)
-            async with asyncio.timeout(5):
-                await slot.context.clear_cookies()
+                reusable = await ep.page.reset(more_origins)
+            if reusable:
+                async with asyncio.timeout(5):
+                    await slot.context.clear_cookies()
         except (TimeoutError, PlaywrightError):
             await self._drop_context(slot)
             return
-        if slot.tainted or len(slot.context.pages) > 1:
+        if not reusable or slot.tainted or len(slot.context.pages) > 1:
             await self._drop_context(slot)
         elif ep.slot.uses >= self.cfg.context_reuse:
             await self._drop_context(ep.slot)

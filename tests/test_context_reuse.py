@@ -143,6 +143,36 @@ async def test_contexts_are_reused_and_recycled(inproc, fixture_url) -> None:
     assert len({id(c) for c in served}) == len(runs)  # a recycled context is never used again
 
 
+@pytest.mark.wallclock
+async def test_a_page_that_reached_too_many_origins_has_its_context_dropped_not_cleared_one_by_one(
+        inproc, fixture_url) -> None:
+    # Before, the tab was cleared origin by origin and partition by partition (origins x top-level sites), all at
+    # once: a page that had reached 2,000 origins under 300 sites kept the worker's event loop (here this test's)
+    # busy for 9 s, near the engine's 15 s heartbeat timeout.
+    worker, pool = inproc
+    stalls: list[float] = []
+
+    async def watch_the_loop() -> None:
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(0.02)
+            stalls.append(time.monotonic() - t0)
+
+    async with open_session(pool, fixture_url("storage.html")) as (s1, _, _f):
+        ctx = context_of(worker, s1)
+        await s1.evaluate(["writeAll('many')"])
+        # What images from thousands of subdomains and redirects through many sites leave in the tab's account.
+        page = worker.episodes[s1.episode_id].page
+        page.origins.update(f"https://o{i}.example.net" for i in range(2000))
+        page.top_sites.update(f"https://s{i}.example.org" for i in range(300))
+        watcher = asyncio.ensure_future(watch_the_loop())
+    async with open_session(pool, fixture_url("storage.html")) as (s2, _, _f):
+        watcher.cancel()
+        assert context_of(worker, s2) is not ctx  # dropped, with all its storage
+        assert await seen_at_load(s2) == EMPTY
+    assert max(stalls) < 1.0, max(stalls)
+
+
 def chromium_processes(pid: int) -> int:
     return len(psutil.Process(pid).children(recursive=True)) + 1
 
