@@ -415,7 +415,7 @@ def test_time(store: Store) -> list[str]:
 
     phases = data["phases"]
     where = "a fresh clone" if data["config"].get("fresh_clone") else "a checkout already set up"
-    install = (f"after {seconds('install')} of install (`make setup`, every wheel downloaded, the apt packages "
+    install = (f"after {seconds('install')} of install (`make setup` with an empty pip cache, the apt packages "
                "already present), "
                if data["config"].get("fresh_clone") else "")
     return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "
