@@ -38,6 +38,9 @@ Element = Annotated[list[int | float | str], msgspec.Meta(min_length=7, max_leng
 MAX_MESSAGE_BYTES = 16 << 20
 # The most screenshot slots a worker's ring may announce (Hello.slot_count).
 MAX_SLOTS = 4096
+# The longest error message a Reply carries (the worker cuts longer ones: error_text).
+MAX_ERROR_CHARS = 4096
+ErrorText = Annotated[str, msgspec.Meta(max_length=MAX_ERROR_CHARS)]
 # A connection to a socket the engine binds must finish ZeroMQ's handshake (with CURVE's, when on) within this
 # (ZMQ_HANDSHAKE_IVL; ZeroMQ's default is 30 s): a real peer needs a few round trips, and each connection a
 # peer leaves silent holds one of the engine process's file descriptors until then.
@@ -233,8 +236,8 @@ class Reply(Message, tag="rep"):
     req_id: Count
     ok: bool
     body: Any = None
-    error: str | None = None
-    error_kind: str | None = None
+    error: ErrorText | None = None
+    error_kind: ShortText | None = None
 
 
 class Shutdown(Message, tag="shutdown"):
@@ -254,8 +257,14 @@ class _RawReply(Message, tag="rep"):
     req_id: Count
     ok: bool
     body: msgspec.Raw = msgspec.Raw(b"\xc0")
-    error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    error: ErrorText | None = None
     error_kind: ShortText | None = None
+
+
+def error_text(message: str) -> str:
+    """``message`` as a Reply's error: cut to :data:`MAX_ERROR_CHARS` (a page's exception or a model's key name can
+    make any length, and a longer error would make the whole reply undecodable for the engine)."""
+    return message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS - 1] + "\u2026"
 
 
 class ProtocolError(ValueError):

@@ -270,6 +270,8 @@ class BrowserWorker:
                 reply = P.Reply(req.req_id, False, None, f"{type(exc).__name__}: {exc}", P.ERR_INTERNAL)
         finally:
             self.inflight -= 1
+        if reply.error is not None:
+            reply.error = P.error_text(reply.error)
         data = P.encode(reply)
         if len(data) > P.MAX_MESSAGE_BYTES:
             data = P.encode(self._too_large(reply, len(data)))

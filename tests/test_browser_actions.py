@@ -22,7 +22,7 @@ from browserpool.keys import (
     typing_plan,
 )
 from browserpool.pool import BrowserOpError, BrowserSession, PoolConfig
-from browserpool.protocol import BrowserAction, FrameRef, Observation
+from browserpool.protocol import MAX_ERROR_CHARS, BrowserAction, FrameRef, Observation
 from engine._imgcodec import decode, frame_diff
 from tests.conftest import started_pool
 
@@ -247,6 +247,15 @@ async def test_key_presses(open_page) -> None:
         with pytest.raises(BrowserOpError) as err:
             await act(session, BrowserAction("key", keys="NoSuchKey"))
         assert err.value.kind == "refused"
+        # So is a model's runaway key name, at once, with the message cut. Before, the refusal's whole text went into
+        # the reply, which the engine could not decode (errors are capped at 4,096 characters): the step waited 60 s
+        # for its deadline, and the worker was counted a bad peer (banned at 5).
+        t0 = time.monotonic()
+        with pytest.raises(BrowserOpError) as err:
+            await act(session, BrowserAction("key", keys="X" * 5000 + "+a"))
+        assert err.value.kind == "refused" and str(err.value).startswith("unknown modifier 'XXX")
+        assert len(str(err.value)) == MAX_ERROR_CHARS and time.monotonic() - t0 < 10
+        assert (await js(session, "window.keylog"))[0][:3] == ["Tab", "Tab", "ArrowDown"]  # the page goes on
 
 
 async def test_scroll_window(open_page) -> None:

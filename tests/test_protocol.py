@@ -322,3 +322,14 @@ def _arity_ok(cls: type[msgspec.Struct], n: int) -> bool:
     fields = msgspec.structs.fields(cls)
     required = sum(f.required for f in fields)
     return required <= n <= len(fields)
+
+
+def test_a_reply_error_is_cut_to_what_the_engine_decodes() -> None:
+    long = "unknown modifier 'XXX" + "X" * 6000 + "'"
+    with pytest.raises(P.ProtocolError, match="length <= 4096"):
+        P.decode_from_worker(P.encode(P.Reply(7, False, None, long, P.ERR_REFUSED)))
+    cut = P.error_text(long)
+    assert len(cut) == P.MAX_ERROR_CHARS and cut.startswith(long[:100]) and cut.endswith("\u2026")
+    assert P.error_text("short") == "short"
+    reply = P.decode_from_worker(P.encode(P.Reply(7, False, None, cut, P.ERR_REFUSED)))
+    assert isinstance(reply, P.Reply) and reply.error == cut
