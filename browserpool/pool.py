@@ -423,14 +423,19 @@ class BrowserPool:
             if not h.alive:
                 raise WorkerLost(f"browser worker {h.worker_id} is gone")
             req_id = next(self._req_ids)
+            release, h.pending_release = h.pending_release, []
+            data = P.encode(P.Request(req_id, op, episode_id, args, release))
+            if len(data) > P.MAX_MESSAGE_BYTES:
+                # The worker's socket would drop it and close the connection: the request would only time out.
+                h.pending_release = release + h.pending_release  # returned with the next request
+                raise BrowserOpError(P.ERR_TOO_LARGE, f"the request ({len(data):,} bytes) is over the "
+                                     f"{P.MAX_MESSAGE_BYTES:,}-byte cap of a message: its {op} argument is too large")
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             h.futures[req_id] = fut
-            release, h.pending_release = h.pending_release, []
-            msg = P.Request(req_id, op, episode_id, args, release)
             # A timer on the reply's own future (asyncio.wait_for would wrap it in a second future and a task).
             timer = asyncio.get_running_loop().call_later(self.deadline(op), _time_out, fut)
             try:
-                self._router.send(h.identity, P.encode(msg))
+                self._router.send(h.identity, data)
                 reply: P.Reply = await fut
             except TimeoutError:
                 self._request_timed_out(h, op)

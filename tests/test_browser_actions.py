@@ -22,7 +22,7 @@ from browserpool.keys import (
     typing_plan,
 )
 from browserpool.pool import BrowserOpError, BrowserSession, PoolConfig
-from browserpool.protocol import MAX_ERROR_CHARS, BrowserAction, FrameRef, Observation
+from browserpool.protocol import ERR_TOO_LARGE, MAX_ERROR_CHARS, MAX_MESSAGE_BYTES, BrowserAction, FrameRef, Observation
 from engine._imgcodec import decode, frame_diff
 from tests.conftest import started_pool
 
@@ -177,6 +177,19 @@ async def test_a_text_of_many_lines_is_typed_with_a_bounded_number_of_key_presse
         with pytest.raises(BrowserOpError, match="20,000 line breaks in the text: at most 1,000 are typed"):
             await session.act(BrowserAction("type", selector="#t", text="\n" * 20_000))
         assert await js(session, "document.getElementById('t').value.length") == [len(text)]
+
+
+async def test_a_request_over_the_message_cap_is_refused_before_it_is_sent(open_page) -> None:
+    # Before, the engine sent it: the worker's socket dropped it and closed the connection, and the step waited 60 s
+    # for its deadline (three in a row and the worker would have been dropped, with every episode it served).
+    async with open_page("type_long.html") as (session, _, _f):
+        t0 = time.monotonic()
+        with pytest.raises(BrowserOpError) as err:
+            await session.act(BrowserAction("type", selector="#t", text="x" * (MAX_MESSAGE_BYTES + 1)))
+        assert err.value.kind == ERR_TOO_LARGE and "over the 16,777,216-byte cap" in str(err.value)
+        assert time.monotonic() - t0 < 10
+        obs, _ = await act(session, BrowserAction("type", selector="#t", text="fine", enter=False))
+        assert obs.settle == "quiet" and await js(session, "document.getElementById('t').value") == ["fine"]
 
 
 def test_the_typing_plan_presses_keys_at_both_ends_and_inserts_the_middle() -> None:
