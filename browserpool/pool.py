@@ -424,10 +424,14 @@ class BrowserPool:
                 raise WorkerLost(f"browser worker {h.worker_id} is gone")
             req_id = next(self._req_ids)
             release, h.pending_release = h.pending_release, []
-            data = P.encode(P.Request(req_id, op, episode_id, args, release))
+            try:
+                data = P.encode(P.Request(req_id, op, episode_id, args, release))
+            except (TypeError, ValueError, OverflowError) as exc:  # an argument msgpack cannot carry (an int > 2**64)
+                h.pending_release = release + h.pending_release  # returned with the next request
+                raise BrowserOpError(P.ERR_REFUSED, f"{op}: an argument cannot be sent: {exc}") from None
             if len(data) > P.MAX_MESSAGE_BYTES:
                 # The worker's socket would drop it and close the connection: the request would only time out.
-                h.pending_release = release + h.pending_release  # returned with the next request
+                h.pending_release = release + h.pending_release
                 raise BrowserOpError(P.ERR_TOO_LARGE, f"the request ({len(data):,} bytes) is over the "
                                      f"{P.MAX_MESSAGE_BYTES:,}-byte cap of a message: its {op} argument is too large")
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -28,6 +28,7 @@ SUCCESS = {"status": "success"}
 SLEEP_CAP_S = 60.0  # the longest `sleep` a client may ask for
 MAX_TEXT_CHARS = 100_000  # the longest text a fill command may type
 MAX_TEXT_LINES = 100_000  # the most lines get_webpage_text may ask for
+MAX_SCROLL_PX = 1_000_000  # the longest scroll a client may ask for
 # The original's names for modifiers that the engine's key names do not have (the rest match case-insensitively).
 _MODIFIER_ALIASES = {"option": "Alt", "cmd": "Meta", "command": "Meta", "win": "Meta", "super": "Meta"}
 
@@ -62,7 +63,7 @@ class Fill(_Args):
 
 
 class Scroll(_Args):
-    amount: Annotated[int, msgspec.Meta(gt=0)] = 200
+    amount: Annotated[int, msgspec.Meta(gt=0, le=MAX_SCROLL_PX)] = 200
     full_page: bool = False
 
 

@@ -199,6 +199,9 @@ async def test_bad_input_gets_a_clear_4xx_and_harms_no_other_lease(
         ("POST", "/execute", {"json": {**lease, "visit_page": {"url": "example.com"}}}, 400, "relative"),
         ("POST", "/execute", {"json": {**lease, "keypress": {"keys": ["NoSuchKey"]}}}, 400, "unknown key"),
         ("POST", "/execute", {"json": {**lease, "sleep": {"duration": 1e9}}}, 400, "duration"),
+        # Before: a 500 (an int msgpack cannot carry: OverflowError), and a click at NaN that the browser refused.
+        ("POST", "/execute", {"json": {**lease, "page_down": {"amount": 10**30}}}, 400, "Invalid arguments"),
+        ("POST", "/execute", {"json": {**lease, "click_coords": {"x": float("nan"), "y": 1}}}, 400, "finite"),
         ("POST", "/execute", {"json": {**lease, "scroll_id": {"id": "1", "direction": "left"}}}, 400, "direction"),
         ("POST", "/execute", {"json": {"back": {}}}, 422, "instance_id, node"),
         ("POST", "/execute", {"json": [1, 2]}, 400, "JSON object"),
