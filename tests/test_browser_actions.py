@@ -192,6 +192,21 @@ async def test_a_request_over_the_message_cap_is_refused_before_it_is_sent(open_
         assert obs.settle == "quiet" and await js(session, "document.getElementById('t').value") == ["fine"]
 
 
+async def test_an_argument_msgpack_cannot_carry_is_refused_and_the_screenshot_releases_wait(open_page) -> None:
+    # Before, OverflowError came out of the pool, and the screenshot slots it was to hand back were lost for good.
+    async with open_page("click.html") as (session, _, _f):
+        _obs, frame = await session.act(BrowserAction("click", x=10, y=10))
+        frame.release()
+        waiting = list(session.handle.pending_release)
+        assert waiting  # the frame came through shared memory: its slot goes back with the next request
+        with pytest.raises(BrowserOpError) as err:
+            await session.act(BrowserAction("scroll", direction="down", amount=10**30))
+        assert err.value.kind == "refused" and "cannot be sent" in str(err.value)
+        assert session.handle.pending_release[:len(waiting)] == waiting
+        obs, _ = await act(session, BrowserAction("click", x=10, y=10))
+        assert obs.settle == "quiet"
+
+
 def test_the_typing_plan_presses_keys_at_both_ends_and_inserts_the_middle() -> None:
     def keys(plan: list[tuple[KeyDef | None, str]]) -> str:
         return "".join(c for kd, c in plan if kd is not None)
