@@ -710,11 +710,10 @@ class EpisodePage:
             if not (_is_number(x) and _is_number(y)):  # the page's script context answered nonsense
                 raise ActionRefused(f"no usable position for {a.selector!r}")
             return float(x), float(y)
-        if not (_is_number(a.x) and (a.y is None or _is_number(a.y))):  # NaN would pass both clamps
+        x, y = float(a.x), float(a.y if a.y is not None else 0.0)
+        if not (math.isfinite(x) and math.isfinite(y)):  # NaN would pass both clamps
             raise ActionRefused(f"coordinates must be finite numbers, not ({a.x!r}, {a.y!r})")
-        x = min(max(float(a.x), 0.0), self.cfg.viewport_width - 1.0)
-        y = min(max(float(a.y if a.y is not None else 0.0), 0.0), self.cfg.viewport_height - 1.0)
-        return x, y
+        return min(max(x, 0.0), self.cfg.viewport_width - 1.0), min(max(y, 0.0), self.cfg.viewport_height - 1.0)
 
     async def _click(self, x: float, y: float) -> None:
         send = self.cdp.send
