@@ -368,7 +368,8 @@ class EpisodePage:
         # timer makes meanwhile is seen, and nothing happening costs exactly the requested time.
         quiet_ms = self.cfg.quiet_ms
         if action.kind == "wait":
-            quiet_ms = int(1000 * min(action.seconds or 1.0, cap / 2))
+            seconds = action.seconds if action.seconds is not None and math.isfinite(action.seconds) else 1.0
+            quiet_ms = int(1000 * min(max(seconds, 0.0) or 1.0, cap / 2))
         deadline = time.monotonic() + cap
         timings: dict[str, float] = {}
         t0 = time.perf_counter()

@@ -349,6 +349,11 @@ async def test_wait_on_a_quiet_page_lasts_its_duration(open_page) -> None:
         check_quiet(obs, "/fixtures/click.html", "click")
         check_frame(obs, jpeg)
         assert obs.point is None
+        # A duration that is no number of seconds waits the default second (before: an internal error).
+        for seconds in (float("nan"), float("inf"), -5.0):
+            t0 = time.monotonic()
+            obs, _ = await act(session, BrowserAction("wait", seconds=seconds))
+            assert obs.settle == "quiet" and 1.0 <= time.monotonic() - t0 < 3.5, seconds
 
 
 async def test_wait_sees_a_change_that_a_timer_makes(open_page) -> None:
