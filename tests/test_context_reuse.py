@@ -166,10 +166,12 @@ async def test_a_page_that_reached_too_many_origins_has_its_context_dropped_not_
         page.origins.update(f"https://o{i}.example.net" for i in range(2000))
         page.top_sites.update(f"https://s{i}.example.org" for i in range(300))
         watcher = asyncio.ensure_future(watch_the_loop())
-    async with open_session(pool, fixture_url("storage.html")) as (s2, _, _f):
+    try:
+        async with open_session(pool, fixture_url("storage.html")) as (s2, _, _f):
+            assert context_of(worker, s2) is not ctx  # dropped, with all its storage
+            assert await seen_at_load(s2) == EMPTY
+    finally:
         watcher.cancel()
-        assert context_of(worker, s2) is not ctx  # dropped, with all its storage
-        assert await seen_at_load(s2) == EMPTY
     assert max(stalls) < 1.0, max(stalls)
 
 

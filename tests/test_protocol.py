@@ -270,7 +270,8 @@ def test_bad_bytes_raise_protocol_error(data: bytes) -> None:
 
 
 def test_values_nested_too_deep_are_protocol_errors_wherever_they_are_read() -> None:
-    # Before, each of these raised RecursionError: from the engine's receive loop, that ended the run.
+    # Before, each of these raised RecursionError, which the engine's receive loop took for an unexpected error and
+    # a worker's own loop (decoding the engine's messages the same way) did not catch at all.
     deep = b"\x91" * 100_000 + b"\xc0"
     with pytest.raises(P.ProtocolError):
         P.decode_from_worker(REPLY_NESTED_TOO_DEEP)  # the body is Raw, but walked to be skipped
