@@ -104,6 +104,7 @@ class AsyncWebEnv:
         # A step() cancelled while it waited (a trainer's own timeout): the episode went on to an observation the
         # trainer never got, so a next step would act on a page it has not seen. Only reset() goes on from there.
         self._step_cancelled = False
+        self._stepping = False  # a step() waits for its observation: a second one at once is the caller's mistake
 
     # --- the episode ----------------------------------------------------------------------------------
     async def reset(self, task: Task | str | None = None,
@@ -142,6 +143,9 @@ class AsyncWebEnv:
         policy, rollout = self._policy, self.rollout
         if self._step_cancelled:
             raise RuntimeError("a step() was cancelled before its observation came back: reset() the environment")
+        if self._stepping:
+            raise RuntimeError("another step() of this environment is still waiting for its observation: await it "
+                               "before the next")
         if rollout is None or policy.reply is None or policy.reply.done():
             raise RuntimeError("reset() the environment first (the last episode has ended)")
         self._check_store()
@@ -152,11 +156,14 @@ class AsyncWebEnv:
         # then has plain numbers to read.
         reply.token_ids, reply.logprobs, reply.policy_version = training_fields(reply)
         policy.reply.set_result(reply)
+        self._stepping = True
         try:
             request = await self._next_request()
         except asyncio.CancelledError:
             self._step_cancelled = True
             raise
+        finally:
+            self._stepping = False
         info: dict[str, Any] = {"action": reply.action.to_dict(), "parse_error": reply.parse_error,
                                 "thought": reply.thought}
         if request is not None:

@@ -133,6 +133,21 @@ async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_pa
     assert [s["action"]["name"] for s in record["steps"]] == ["answer"]
 
 
+async def test_a_second_step_at_once_is_refused_with_what_is_wrong(tmp_path: Path, site_server: str) -> None:
+    # Before, it was told "reset() the environment first (the last episode has ended)", of an episode still running.
+    async with one_env(tmp_path, site_server) as (core, env, _tasks):
+        first = asyncio.ensure_future(env.step({"name": "scroll", "direction": "down"}))
+        await asyncio.sleep(0)  # the first step is waiting for its observation
+        with pytest.raises(RuntimeError, match="another step\\(\\) of this environment is still waiting"):
+            await env.step({"name": "scroll", "direction": "down"})
+        _obs, _reward, terminated, _truncated, _info = await first
+        assert not terminated
+        obs, reward, terminated, truncated, info = await env.step({"name": "answer", "text": "done"})
+        assert terminated
+    [record] = read_records(core.run_dir)  # type: ignore[arg-type]
+    assert [s["action"]["name"] for s in record["steps"]] == ["scroll", "answer"]
+
+
 async def test_token_ids_as_arrays_are_recorded_as_numbers_and_malformed_ones_are_refused(
         tmp_path: Path, site_server: str) -> None:
     # A numpy array or integer was written into the record as its text ("[1 2 3]"), which the record's reader
