@@ -16,7 +16,6 @@ time and the slowest test files.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.report import row, write_result
 from bench.suite import ROOT, machine_facts
 
 PHASES = ("parallel", "wallclock")  # the Makefile's names for its two pytest runs, in order
@@ -81,13 +81,6 @@ def timed(cmd: Sequence[str], cwd: Path, log: Path, env: dict[str, str] | None =
     return time.perf_counter() - t0, rc
 
 
-def row(figure: str, value: float, unit: str, goal: tuple[str, float] | None = None) -> dict[str, Any]:
-    """A ``summary`` row as ``bench.publish`` renders it."""
-    met = None if goal is None else (value <= goal[1] if goal[0] == "<=" else value >= goal[1])
-    return {"figure": figure, "value": round(value, 1), "unit": unit,
-            "goal": None if goal is None else f"{goal[0]} {goal[1]:g}", "met": met}
-
-
 def measure(checkout: Path, procs: int, work: Path, setup: bool) -> dict[str, Any]:
     """``make setup`` (when ``setup``) then ``make test`` in ``checkout``; the figures, the phases and the slowest
     files. Raises RuntimeError when a step fails (its output is in ``work/make.log``)."""
@@ -108,29 +101,28 @@ def measure(checkout: Path, procs: int, work: Path, setup: bool) -> dict[str, An
 
 
 def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
-    """The stored result: the summary rows and each phase's counts and slowest files."""
+    """The stored result (less the machine facts): the summary rows, each phase's counts and the slowest files."""
     phases: dict[str, PhaseReport] = measured["phases"]
     par, wall = phases["parallel"], phases["wallclock"]
     files: dict[str, float] = defaultdict(float)
     for phase in phases.values():
         for name, seconds in phase.file_seconds.items():
             files[name] += seconds
+    failed = par.failures + par.errors + wall.failures + wall.errors
     summary = []
     if "setup_s" in measured:
         summary.append(row("install on a fresh clone (make setup with an empty pip cache, the apt packages "
-                           "already present)",
-                           measured["setup_s"], "s"))
+                           "already present)", measured["setup_s"], "s"))
     summary += [
-        row("make test, from start to end", measured["test_s"], "s", ("<=", BUDGET_S)),
+        row("make test, from start to end", measured["test_s"], "s", f"<= {BUDGET_S}", measured["test_s"] <= BUDGET_S),
         row(f"the tests in {procs} processes", par.seconds, "s"),
         row("then the timing tests alone", wall.seconds, "s"),
         row("tests passed", par.passed + wall.passed, "tests"),
         row("tests skipped", par.skipped + wall.skipped, "tests"),
-        row("tests failed", par.failures + par.errors + wall.failures + wall.errors, "tests", ("<=", 0)),
+        row("tests failed", failed, "tests", "<= 0", failed == 0),
     ]
     slowest = sorted(files.items(), key=lambda kv: -kv[1])[:SLOWEST]
     return {
-        "benchmark": "test_time",
         "config": {"procs": procs, "fresh_clone": fresh, "command": f"make test TEST_PROCS={procs}"},
         "summary": summary,
         "phases": {name: {"tests": p.tests, "passed": p.passed, "skipped": p.skipped,
@@ -161,11 +153,12 @@ def main(argv: list[str] | None = None) -> None:
         except RuntimeError:
             print((work / "make.log").read_text(errors="replace")[-6000:])
             raise
-    data = {**result(measured, args.procs, not args.here), "machine": machine}
+    data = result(measured, args.procs, not args.here)
     for r in data["summary"]:
         print(f"{r['figure']}: {r['value']:g} {r['unit']}")
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    if args.json:  # the machine as it was at the start, not after the tests' load
+        write_result(args.json, "test_time", data["config"], data["summary"], [], data["notes"], machine=machine,
+                     phases=data["phases"], slowest_files=data["slowest_files"])
 
 
 if __name__ == "__main__":

@@ -425,15 +425,10 @@ class BrowserPool:
             req_id = next(self._req_ids)
             release, h.pending_release = h.pending_release, []
             try:
-                data = P.encode(P.Request(req_id, op, episode_id, args, release))
-            except (TypeError, ValueError, OverflowError) as exc:  # an argument msgpack cannot carry (an int > 2**64)
+                data = _encoded(P.Request(req_id, op, episode_id, args, release))
+            except BrowserOpError:
                 h.pending_release = release + h.pending_release  # returned with the next request
-                raise BrowserOpError(P.ERR_REFUSED, f"{op}: an argument cannot be sent: {exc}") from None
-            if len(data) > P.MAX_MESSAGE_BYTES:
-                # The worker's socket would drop it and close the connection: the request would only time out.
-                h.pending_release = release + h.pending_release
-                raise BrowserOpError(P.ERR_TOO_LARGE, f"the request ({len(data):,} bytes) is over the "
-                                     f"{P.MAX_MESSAGE_BYTES:,}-byte cap of a message: its {op} argument is too large")
+                raise
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             h.futures[req_id] = fut
             # A timer on the reply's own future (asyncio.wait_for would wrap it in a second future and a task).
@@ -800,6 +795,20 @@ def _release_late_frame(h: WorkerHandle, reply: P.Reply) -> None:
         return
     if obs.frame is not None:
         h.pending_release.append([obs.frame.slot, obs.frame.generation])
+
+
+def _encoded(req: P.Request) -> bytes:
+    """``req`` as bytes, or a BrowserOpError for a request no worker could receive: an argument msgpack cannot carry
+    (an int over 2**64), or a message over the cap (the worker's socket would drop it and close the connection, and
+    the request would only time out)."""
+    try:
+        data = P.encode(req)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise BrowserOpError(P.ERR_REFUSED, f"{req.op}: an argument cannot be sent: {exc}") from None
+    if len(data) > P.MAX_MESSAGE_BYTES:
+        raise BrowserOpError(P.ERR_TOO_LARGE, f"the request ({len(data):,} bytes) is over the "
+                             f"{P.MAX_MESSAGE_BYTES:,}-byte cap of a message: its {req.op} argument is too large")
+    return data
 
 
 def _time_out(fut: asyncio.Future[Any]) -> None:

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
+from engine import json_input
+
 DEFAULT_TTL_S = 12 * 3600.0
 RETRY_AFTER_BOUNDS_S = (60.0, 7 * 86400.0)  # a Retry-After is kept to within these
 
@@ -135,9 +137,9 @@ class Blocklist:
         if mtime == self._mtime:
             return
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json_input.loads(self.path.read_text(encoding="utf-8"))
             entries = {d: Entry(**e) for d, e in data.get("domains", {}).items()}
-        except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
             self._mtime = mtime  # reported once per change of the file
             self._fail(ValueError(f"{self.path}: not a blocklist file: {exc}"), "kept the entries read before")
             return

@@ -320,8 +320,7 @@ class EngineCore:
         if self.pool.fatal is not None:
             # Every episode has its (error) record by now; the run itself must not look like it went well.
             raise PoolError(f"the browser pool failed: {self.pool.fatal!r}") from self.pool.fatal
-        if self.store.failure is not None:
-            raise self.store.failure
+        self.store.raise_if_failed()
 
     async def run_plan(self, policy: Policy, plan: Iterable[tuple[Task, int | None]]) -> RunStats:
         """Run episodes with one policy to their records (started first; steps/s counted from then)."""

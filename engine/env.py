@@ -116,7 +116,7 @@ class AsyncWebEnv:
             self._rng.seed(seed)
         chosen = self._choose(task)
         await self._abandon("the environment was reset before the episode ended")
-        self._check_store()
+        self.core.store.raise_if_failed()  # no episode could be recorded
         self._step_cancelled = False
         settings = dataclasses.replace(self.core.cfg.rollout_settings(self.policy_version), retry_lost=0)
         # A private slot: a trainer thinking over one env must not hold up the core's shared policy queue.
@@ -148,7 +148,7 @@ class AsyncWebEnv:
                                "before the next")
         if rollout is None or policy.reply is None or policy.reply.done():
             raise RuntimeError("reset() the environment first (the last episode has ended)")
-        self._check_store()
+        self.core.store.raise_if_failed()  # no episode could be recorded
         reply = self._reply(action, rollout)
         reply.token_ids, reply.logprobs, reply.policy_version = token_ids, logprobs, policy_version
         # The caller's mistake (a string for a token id, lists of different lengths) is raised here, before anything
@@ -204,12 +204,6 @@ class AsyncWebEnv:
         if not self.tasks:
             raise ValueError("reset() needs a task: this environment was given no tasks to choose from")
         return self._rng.choice(self.tasks)
-
-    def _check_store(self) -> None:
-        """Raise :class:`~engine.store.StoreFailed` once the run directory cannot be written: no episode could be
-        recorded."""
-        if self.core.store.failure is not None:
-            raise self.core.store.failure
 
     def _live(self) -> Rollout:
         if self.rollout is None or self.rollout.current is None:

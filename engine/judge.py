@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import json_input
 from engine.model_api import ChatRequest, LanguageModel, SamplingParams
 from engine.policy_api import PolicyError
 from engine.rewards import FactVerdict, Reward
@@ -509,8 +510,8 @@ class RubricJudge:
         if path is None:
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+            data = json_input.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             return None  # missing, or unreadable (then it is overwritten by the new verdict)
         if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("verdict"), bool):
             return None

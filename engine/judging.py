@@ -64,8 +64,7 @@ class JudgeQueue:
         """Judge one episode and store the verdict; never raises for a judge failure. Raises
         :class:`~engine.store.StoreFailed` when the run directory cannot be written (no judge call is spent on a
         verdict that could not be stored once that is known)."""
-        if self.store.failure is not None:
-            raise self.store.failure
+        self.store.raise_if_failed()
         judgement: Judgement = {"episode_id": record["episode_id"], "reward": None, "error": None}
         t0 = time.monotonic()
         try:
@@ -112,8 +111,7 @@ async def rejudge(run_dir: str | Path, judge: RubricJudge, everything: bool = Fa
         queue = JudgeQueue(judge, store, max_episodes=judge.cfg.concurrency)
         submit_records(queue, run_dir, todo)
         await queue.drain()
-        if store.failure is not None:
-            raise store.failure
+        store.raise_if_failed()
     finally:
         await judge.close()
         store.close()

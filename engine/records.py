@@ -23,11 +23,12 @@ This module deliberately does not use ``from __future__ import annotations``: ``
 ``Required`` in real (not string) annotations on Python 3.11.
 """
 
-import json
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict
 
 import msgspec
+
+from engine import json_input
 
 #: The record format this code writes and reads (also in ``manifest.json``). Bump it when a key changes
 #: meaning or type, or a key readers need is added; keys only added as optional need no bump.
@@ -275,8 +276,8 @@ def _parse(line: bytes, where: str) -> Any:
     except RecursionError:  # nested too deep for either parser
         raise RecordFormatError(f"{where} is not JSON: arrays or objects nested too deep", malformed=True) from None
     try:
-        return json.loads(line)
-    except (ValueError, RecursionError) as exc:
+        return json_input.loads(line)
+    except ValueError as exc:
         raise RecordFormatError(f"{where} is not JSON: {exc}", malformed=True) from None
 
 

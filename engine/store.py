@@ -147,6 +147,11 @@ class RunStore:
             self.failed.set()
         return self.failure
 
+    def raise_if_failed(self) -> None:
+        """Raise :class:`StoreFailed` once a write into the run directory has failed: nothing more is stored."""
+        if self.failure is not None:
+            raise self.failure
+
     def _screenshot_failed(self, error: str) -> None:
         self._fail("a screenshot", error)
 
@@ -183,8 +188,7 @@ class RunStore:
     def write_frame(self, episode_id: str, index: int, jpeg: bytes | memoryview) -> str:
         """Store one screenshot as given, now; returns its path relative to the run directory. Raises
         :class:`StoreFailed` when it cannot be (or the store failed before)."""
-        if self.failure is not None:
-            raise self.failure
+        self.raise_if_failed()
         rel = self._frame_rel(episode_id, index)
         [error] = write_files([(os.path.join(self._dir, rel), jpeg, index == 0)])
         if error:
@@ -215,14 +219,12 @@ class RunStore:
         errors = await self._frames.landed(episode_id)
         if errors:
             raise self._fail("a screenshot", "; ".join(errors))
-        if self.failure is not None:
-            raise self.failure
+        self.raise_if_failed()
 
     def append(self, record: EpisodeRecord) -> None:
         """Append one episode record as a single line (:func:`_append_line`); raises :class:`StoreFailed` when it
         cannot be (or the store failed before)."""
-        if self.failure is not None:
-            raise self.failure
+        self.raise_if_failed()
         try:
             _append_line(self._fd, record)
         except OSError as exc:
@@ -234,8 +236,7 @@ class RunStore:
         masked."""
         if isinstance(judgement.get("error"), str):
             judgement = {**judgement, "error": mask_text(judgement["error"])}
-        if self.failure is not None:
-            raise self.failure
+        self.raise_if_failed()
         try:
             if self._judgements_fd is None:
                 _repair_tail(self.judgements_path)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import json_input
+
 SITES_PLACEHOLDER = "{SITES}"
 BUNDLED_TASKS = Path(__file__).parent / "sites" / "tasks.jsonl"
 
@@ -366,19 +368,19 @@ def _is_json_document(path: Path, text: str) -> bool:
         return True
     if head.startswith("{"):
         try:
-            doc = json.loads(text)
-        except (ValueError, RecursionError):
+            doc = json_input.loads(text)
+        except ValueError:
             return False  # several objects (JSONL), or a document that _records reports
         return isinstance(doc, dict) and isinstance(doc.get("tasks"), list)
     return False
 
 
-def _json_problem(exc: ValueError | RecursionError) -> str:
-    """What ``json.loads`` found wrong: a syntax error with its column, a number too long for an integer (Python
-    refuses more than 4,300 digits: ``ValueError``) or arrays and objects nested too deep (``RecursionError``)."""
+def _json_problem(exc: ValueError) -> str:
+    """What the JSON reader found wrong: a syntax error with its column, arrays and objects nested too deep, or a
+    number too long for an integer (Python refuses more than 4,300 digits)."""
     if isinstance(exc, json.JSONDecodeError):
         return f"{exc.msg} (column {exc.colno})"
-    if isinstance(exc, RecursionError):
+    if isinstance(exc, json_input.NestedTooDeep):
         return "arrays or objects nested too deep"
     return str(exc).split(";")[0]
 
@@ -391,13 +393,13 @@ def _records(path: Path, text: str) -> Iterator[tuple[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                yield f"line {lineno}", json.loads(raw)
-            except (ValueError, RecursionError) as exc:
+                yield f"line {lineno}", json_input.loads(raw)
+            except ValueError as exc:
                 yield f"line {lineno}", TaskFileError(f"{path}, line {lineno}: invalid JSON: {_json_problem(exc)}")
         return
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        doc = json_input.loads(text)
+    except ValueError as exc:
         where = f", line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         yield "", TaskFileError(f"{path}{where}: invalid JSON: {_json_problem(exc)}")
         return

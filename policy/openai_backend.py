@@ -55,6 +55,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from engine import json_input
 from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.policy_api import PolicyError
 
@@ -282,8 +283,8 @@ class OpenAIModel(LanguageModel):
             raise PolicyError(f"request {request_id}: {self.url}: {type(exc).__name__}: {exc}") from exc
         if status == 200:
             try:
-                return json.loads(raw)
-            except (ValueError, RecursionError) as exc:  # also: a number too long, nesting too deep
+                return json_input.loads(raw)
+            except ValueError as exc:  # also: a number too long, nesting too deep
                 raise PolicyError(f"request {request_id}: malformed JSON from {self.url}: {exc}; "
                                   f"body: {raw[:_ERROR_BODY_CHARS]!r}") from None
         message = _error_message(raw)
@@ -454,8 +455,8 @@ def _error_message(raw: bytes) -> str:
     """The server's error message: OpenAI's ``{"error": {"message"}}``, vLLM's older ``{"message"}``,
     or the start of the body."""
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
+        data = json_input.loads(raw)
+    except ValueError:
         return raw[:_ERROR_BODY_CHARS].decode("utf-8", "replace").strip() or "(empty body)"
     if isinstance(data, dict):
         err = data.get("error")

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from browserpool.pool import BrowserOpError, WorkerLost
 from browserpool.protocol import ERR_BROWSER, ERR_HUNG, ERR_NO_EPISODE
+from engine import json_input
 from engine.core import EngineCore
 from engine.local_only import web_page_refusal
 from server.commands import COMMANDS, CommandError, action_record, capture, decode_args
@@ -199,10 +200,10 @@ class BrowserServer:
         """``POST /execute``: one command, ``{"instance_id", "node", "<command>": {args}}``."""
         try:
             async with asyncio.timeout(self.cfg.body_deadline_s):
-                body = await request.json()
+                body = await request.json(loads=json_input.loads)
         except TimeoutError:
             raise LeaseError(408, f"The request body did not arrive within {self.cfg.body_deadline_s:g} s") from None
-        except (ValueError, RecursionError):  # bad JSON or UTF-8, a number too long, nesting too deep
+        except ValueError:  # bad JSON or UTF-8, a number too long, nesting too deep
             raise LeaseError(400, "The body is not JSON") from None
         if not isinstance(body, dict):
             raise LeaseError(400, "The body must be a JSON object")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from engine import json_input
+
 INTERACTIONS = ("coordinates", "som")
 RESPONSE_FORMATS = ("complete", "vanilla")
 COORD_SYSTEMS = ("grid", "pixels")
@@ -114,8 +116,8 @@ class PromptTemplates:
             overrides: dict[str, Any] = {"system": text}
         else:
             try:
-                overrides = json.loads(text)
-            except (ValueError, RecursionError) as exc:
+                overrides = json_input.loads(text)
+            except ValueError as exc:
                 raise ValueError(f"{p}: invalid JSON: {exc}") from None
             if not isinstance(overrides, dict):
                 raise ValueError(f"{p}: expected a JSON object of templates")
