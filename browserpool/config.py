@@ -89,9 +89,6 @@ class WorkerConfig:
     # Consent walls (browserpool.consent): "off" (the default: the model sees the wall as a person would),
     # "reject" or "accept": click that button of a standard consent manager before the first screenshot.
     consent: str = "off"
-    # Pages an episode may have in its context (its tab and every popup its pages opened, closed or not); past it
-    # the context is discarded after the episode.
-    max_pages_per_context: int = 4
     # Page events (refused loads, popups, downloads, dialogs) reported per observation; the rest are counted.
     max_events_per_observation: int = 32
     # Renderer memory watch (0 turns a cap off). A context whose page's JS heap is above context_memory_mib

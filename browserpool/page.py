@@ -201,6 +201,8 @@ class EpisodePage:
         # shows the browser's error page, which the policy sees like a person would.
         self.load_error: str | None = None
         self.announced_popups = 0  # window opens seen here whose page the context has not reported yet
+        self.target_id = ""  # this tab's and its context's ids in the browser (set by create)
+        self.context_id = ""
         self._acting = False  # inside perform(): a popup the action opened with a user gesture is adopted
         self._dialogs = 0  # dialogs since the current operation began (DIALOG_STORM)
         self._adopt: str | None = None
@@ -232,14 +234,14 @@ class EpisodePage:
         tree = await cdp.send("Page.getFrameTree")
         ep = cls(page, cdp, cfg, tree["frameTree"]["frame"]["id"], events, policy)
         page.on("close", lambda _page: ep._on_closed())
-        info = await cdp.send("Target.getTargetInfo")
-        context_id = info["targetInfo"].get("browserContextId")
+        info = (await cdp.send("Target.getTargetInfo"))["targetInfo"]
+        ep.target_id, ep.context_id = str(info.get("targetId", "")), str(info.get("browserContextId", ""))
         # Sent together (one round trip): a chooser is cancelled as it opens; the permissions are denied for
         # every origin of this context. Names this Chromium does not know are refused and skipped.
         await asyncio.gather(
             cdp.send("Page.setInterceptFileChooserDialog", {"enabled": True, "cancel": True}),
             *(cdp.send("Browser.setPermission", {"permission": {"name": name}, "setting": "denied",
-                                                 "browserContextId": context_id})
+                                                 "browserContextId": ep.context_id})
               for name in DENIED_PERMISSIONS),
             return_exceptions=True)
         return ep
@@ -526,6 +528,14 @@ class EpisodePage:
         self.note, self._adopt = None, None
         self.events.clear()
         return True
+
+    async def context_has_other_pages(self) -> bool:
+        """Whether the browser holds a page of this tab's context besides the tab. Playwright reports a popup
+        only once it has set the popup up, after its first requests: one opened just before its episode ended
+        may not be in the context's pages yet."""
+        targets = (await self.cdp.send("Target.getTargets"))["targetInfos"]
+        return any(t.get("type") == "page" and t.get("browserContextId") == self.context_id
+                   and t.get("targetId") != self.target_id for t in targets)
 
     async def forget_history(self) -> None:
         """Drop the back/forward list, so go_back never reaches a previous episode's pages."""

@@ -65,8 +65,7 @@ class ContextSlot:
     events: EventLog = field(default_factory=EventLog)
     proxy: ContextProxy | None = None
     creating_page: bool = False  # the worker's own new_page() is under way: that page is no popup
-    closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed
-    tainted: bool = False  # past the page cap: not reused after its episode
+    closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed (their tasks held)
     popups: int = 0  # pages this episode's pages opened besides its tab
 
 
@@ -521,12 +520,7 @@ class BrowserWorker:
             ep_page.announced_popups -= 1
         else:
             slot.events.add("popup", page.url, "closed")
-        slot.popups += 1
-        # Counted over the episode, not at once: how many are open at a time depends on how fast they close.
-        if 1 + slot.popups > self.cfg.max_pages_per_context and not slot.tainted:
-            slot.tainted = True
-            slot.events.add("popup", page.url, f"over the cap of {self.cfg.max_pages_per_context} pages: "
-                                               "the context is discarded after this episode")
+        slot.popups += 1  # the context is not reused after this episode
         task = asyncio.ensure_future(self._close_page(page))
         slot.closing.add(task)
         task.add_done_callback(slot.closing.discard)
@@ -536,17 +530,6 @@ class BrowserWorker:
         with contextlib.suppress(TimeoutError, PlaywrightError):
             async with asyncio.timeout(5):
                 await page.close()
-
-    async def _close_extra_pages(self, slot: ContextSlot) -> None:
-        """Close every page of the context but the episode's tab (popups still closing included)."""
-        keep = slot.page.page if slot.page is not None else None
-        for page in slot.context.pages:
-            if page is not keep and not page.is_closed():
-                task = asyncio.ensure_future(self._close_page(page))
-                slot.closing.add(task)
-                task.add_done_callback(slot.closing.discard)
-        if slot.closing:
-            await asyncio.wait(set(slot.closing), timeout=5)
 
     async def _close(self, episode_id: str) -> None:
         ep = self.episodes.pop(episode_id, None)
@@ -566,28 +549,30 @@ class BrowserWorker:
             await self._drop_context(ep.slot)
             return
         slot = ep.slot
+        if slot.popups or ep.page.announced_popups:
+            # A popup ran in a renderer of its own, which the worker cannot wait for: what its scripts wrote (storage,
+            # cookies) can land after a reset has cleared them. Dropping the context takes all of it at once.
+            await self._drop_context(slot)
+            return
         try:
-            # Nothing of this episode outlives it: its popups, its proxy connections (tunnels, sockets), the
-            # storage of every origin it loaded from (frames and popups too: the proxy saw them all).
-            await self._close_extra_pages(slot)
+            # Nothing of this episode outlives it: its proxy connections (tunnels, sockets), the storage of every
+            # origin it loaded from (frames too: the proxy saw them all), a popup not reported yet.
             more_origins = None
             if slot.proxy is not None:
                 slot.proxy.close_connections()
                 more_origins, slot.proxy.origins = slot.proxy.origins, set()
             async with asyncio.timeout(5):
-                reusable = await ep.page.reset(more_origins)
+                reusable = await ep.page.reset(more_origins) and not await ep.page.context_has_other_pages()
             if reusable:
                 async with asyncio.timeout(5):
                     await slot.context.clear_cookies()
         except (TimeoutError, PlaywrightError):
             await self._drop_context(slot)
             return
-        if not reusable or slot.tainted or len(slot.context.pages) > 1:
+        if not reusable or slot.popups or len(slot.context.pages) > 1 or slot.uses >= self.cfg.context_reuse:
             await self._drop_context(slot)
-        elif ep.slot.uses >= self.cfg.context_reuse:
-            await self._drop_context(ep.slot)
         else:
-            self.idle.append(ep.slot)
+            self.idle.append(slot)
 
     async def _discard(self, episode_id: str) -> None:
         """Throw away a hung episode's page and context; the worker carries on."""
