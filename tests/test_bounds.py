@@ -323,8 +323,10 @@ async def test_a_context_over_the_heap_cap_is_replaced_not_reused(
 
 async def test_a_browser_over_its_memory_cap_is_recycled_between_episodes(tmp_path: Path, sites: str) -> None:
     tasks = subset(tmp_path, per_site=1, max_len=4)
+    # Checked every 0.1 s, the browser is over its cap before the first episode ends, so episodes are left for the
+    # recycled browser. At 1 s this run (8 short episodes, ~2 s) could end first, the recycle cut by the shutdown.
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, episodes=8,
-                    worker=WorkerConfig(endpoint="", browser_memory_mib=1, memory_check_s=1.0))
+                    worker=WorkerConfig(endpoint="", browser_memory_mib=1, memory_check_s=0.1))
     stats, run_dir = await asyncio.wait_for(run(cfg, make_policy("scripted"), sites), 240)
     records = read_records(run_dir)
     assert len(records) == 8 and stats.summary()["lost"] == 0
