@@ -38,6 +38,7 @@ from engine.sites.server import SiteServer
 from engine.store import RunStore, episode_key
 from engine.tasks import Task
 from engine.telemetry import TelemetryPublisher
+from engine.telemetry_format import TelemetryMessage
 from policy.instant import InstantPolicy
 from tui.sim import SimulatedRun
 
@@ -54,11 +55,11 @@ async def child(endpoint: str, seconds: float, out: str) -> None:
 
     seqs: list[int] = []
 
-    def timed_apply(msg: dict[str, Any]) -> None:
+    def timed_apply(msg: TelemetryMessage) -> None:
         apply(msg)
-        lags.append(time.time() - msg.get("t", time.time()))
+        lags.append(time.time() - msg.t)
         if not seqs:
-            seqs.append(msg.get("seq", 0))
+            seqs.append(msg.seq)
 
     app._apply = timed_apply  # type: ignore[method-assign]
     app.call_later(lambda: app.set_timer(seconds, app.exit))

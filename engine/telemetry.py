@@ -10,16 +10,9 @@ send nothing, and a new monitor gets a full snapshot at once. Sends never block 
 high-water mark is small and a message that does not fit is dropped (PUB semantics); every ``snapshot_s``
 a compact snapshot of all cells heals whatever a slow monitor lost.
 
-Message (one msgpack map per ZeroMQ message)::
-
-    {"v": 1, "kind": "delta" | "snapshot" | "end", "seq": n, "t": unix time, "run": run dir name,
-     "cells":   {episode_id: [state, op, step, reward]},      # dirty cells; all of them in a snapshot
-     "tasks":   {episode_id: task_id},                       # snapshots, and cells announced for the first time
-     "details": {episode_id: {field: value}},                # only fields that changed since last sent
-     "agg":     {...}}                                       # a few times a second, and in every snapshot
-
-``details`` fields: task, url, title, action, thought, screenshot, timings, error. ``agg`` keys: see
-:meth:`TelemetryPublisher.aggregate`.
+The messages are typed (:mod:`engine.telemetry_format`): a delta, a snapshot or the end marker, with the
+cells ``(state, op, step, reward)``, the task ids of newly announced cells, the details that changed (task, url,
+title, action, thought, screenshot, timings, error) and the aggregates.
 """
 
 from __future__ import annotations
@@ -35,22 +28,22 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import msgpack
 import zmq
 
 from browserpool.auth import CurveGuard, KeyFileError, ServerKeys
 from browserpool.protocol import HANDSHAKE_TIMEOUT_MS
 from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
+from engine.telemetry_format import FORMAT_VERSION, Aggregate, Cell, Details, Queues, TelemetryMessage, WorkerRow
+from engine.telemetry_format import encode as encode_message
 
 if TYPE_CHECKING:
     from browserpool.pool import BrowserPool
     from engine.core import EngineCore
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
 ENDPOINT_FILE = "telemetry.json"
 DETAIL_FIELDS = ("task", "url", "title", "action", "thought", "screenshot", "step_timings_ms", "error")
 DETAIL_NAMES = {"step_timings_ms": "timings"}  # wire names that differ from EpisodeStatus's
@@ -59,7 +52,6 @@ _IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 # Finished episodes whose details stay at hand for a monitor that attaches later; older ones keep their cell only,
 # so that the publisher holds a dictionary entry per finished episode over a run of any length, not its whole status.
 KEEP_FINISHED = 256
-Cell = tuple[str, str, int, float | None]
 _NOT_STARTED: Cell = (State.NOT_STARTED.value, Op.NONE.value, 0, None)
 
 
@@ -128,7 +120,7 @@ class TelemetryPublisher:
         self._spark: deque[float] = deque(maxlen=60)
         self._last_rate = -1e18
         self._phases_at = -1e18
-        self._phases_cache: dict[str, list[float]] = {}
+        self._phases_cache: dict[str, tuple[float, float, int]] = {}
         self._steps_per_s = self._eps_per_s = 0.0
         self.subscribed = endpoint is None  # without a socket every tick builds its message (recording)
         self._want_full = True
@@ -226,7 +218,7 @@ class TelemetryPublisher:
 
     # --- messages -----------------------------------------------------------------------------------
 
-    def _details(self, eid: str, st: EpisodeStatus, force: bool) -> dict[str, Any] | None:
+    def _details(self, eid: str, st: EpisodeStatus, force: bool) -> Details | None:
         values = tuple(getattr(st, f) for f in DETAIL_FIELDS)
         last = self._sent_details.get(eid)
         if last is not None and not force and last == values:
@@ -236,9 +228,10 @@ class TelemetryPublisher:
         for f, v, old in zip(DETAIL_FIELDS, values, last or (None,) * len(values), strict=True):
             if (force or v != old) and (v or last is not None):  # a fresh cell's empty fields go unsaid
                 out[DETAIL_NAMES.get(f, f)] = _short(v)
-        return out
+        return Details(**out) if out else None
 
-    def message(self, kind: str | None = None, full_details: bool = False) -> dict[str, Any] | None:
+    def message(self, kind: Literal["delta", "snapshot"] | None = None,
+                full_details: bool = False) -> TelemetryMessage | None:
         """Build the next message; None when there is nothing to say. Resets the dirty set.
 
         ``kind`` None picks: a snapshot every ``snapshot_s``, else a delta (with aggregates when due).
@@ -246,27 +239,24 @@ class TelemetryPublisher:
         now = self.clock()
         if kind is None:
             kind = "snapshot" if now - self._last_snapshot >= self.snapshot_s else "delta"
-        msg: dict[str, Any] = {"v": FORMAT_VERSION, "kind": kind, "seq": self._seq, "t": round(self.wall(), 3),
-                               "run": self.run_name}
         statuses = self.statuses
         if kind == "delta":
-            eids = self._dirty
-            if self._unannounced:
-                msg["tasks"] = {e: self.tasks[e] for e in self._unannounced}
+            eids: Iterable[str] = self._dirty
+            tasks = {e: self.tasks[e] for e in self._unannounced}
         else:
             self._last_snapshot = now
             self._phases_at = -1e18  # snapshots carry fresh percentiles (deltas reuse them)
             eids = self.tasks.keys()
-            msg["tasks"] = dict(self.tasks)
-        cells: dict[str, list[Any]] = {}
-        details: dict[str, dict[str, Any]] = {}
+            tasks = dict(self.tasks)
+        cells: dict[str, Cell] = {}
+        details: dict[str, Details] = {}
         for eid in eids:
-            cells[eid] = list(self.cell(eid))
+            cells[eid] = self.cell(eid)
             st = statuses.get(eid)
             if st is None:  # not started, or settled: no details to tell
                 continue
             d = self._details(eid, st, full_details)
-            if d:
+            if d is not None:
                 details[eid] = d
         self._dirty = {}
         self._unannounced.clear()
@@ -274,24 +264,17 @@ class TelemetryPublisher:
         agg_due = kind != "delta" or now - self._last_agg >= 1.0 / self.agg_hz - 1e-6  # float ticks: 0.7 - 0.2 < 0.5
         if not cells and not agg_due:
             return None
-        msg["cells"] = cells
-        if details:
-            msg["details"] = details
+        agg = None
         if agg_due:
             self._last_agg = now
-            msg["agg"] = self.aggregate(now)
+            agg = self.aggregate(now)
+        msg = TelemetryMessage(FORMAT_VERSION, kind, self._seq, round(self.wall(), 3), self.run_name, cells, tasks,
+                               details, agg)
         self._seq += 1
         return msg
 
-    def aggregate(self, now: float | None = None) -> dict[str, Any]:
-        """The statistics pane's figures.
-
-        Keys: states {letter: n}; ops {letter: n in flight}; total, done, steps, outcomes; success_rate;
-        steps_per_s and episodes_per_min (over the last ~10 s); spark (steps/s history); phases
-        {name: [p50, p95, n]}; queues {policy_in_use, policy_cap, policy_waiting, browser_in_flight,
-        browser_waiting, lease_waiting, judge_pending}; workers [{id, alive, episodes, ops, waiting, opens,
-        pss}]; pss_total, peak_pss, restarts; elapsed_s; eta_s (None when unknown).
-        """
+    def aggregate(self, now: float | None = None) -> Aggregate:
+        """The statistics pane's figures (see :class:`engine.telemetry_format.Aggregate`)."""
         now = self.clock() if now is None else now
         stats = self.stats or RunStats(started_at=now)
         ops: Counter[str] = Counter()
@@ -307,7 +290,7 @@ class TelemetryPublisher:
         total = max(stats.total, len(self.tasks))
         remaining = total - done
         eta = remaining / eps_per_s if eps_per_s > 0 else (0.0 if remaining == 0 and total else None)
-        workers: list[dict[str, Any]] = []
+        workers: list[WorkerRow] = []
         in_flight = waiting = 0
         if self.pool is not None:
             cap_ops, cap_opens = self.pool.cfg.ops_per_worker, self.pool.cfg.opens_per_worker
@@ -317,36 +300,32 @@ class TelemetryPublisher:
                 n_wait = len(h.ops._waiters or ())
                 in_flight += n_ops
                 waiting += n_wait
-                workers.append({"id": h.worker_id, "alive": h.alive, "episodes": len(h.episodes), "ops": n_ops,
-                                "waiting": n_wait, "opens": cap_opens - h.opens._value,
-                                "pss": h.browser_pss or None})  # None: no reading yet
+                workers.append(WorkerRow(h.worker_id, h.alive, len(h.episodes), n_ops, n_wait,
+                                         cap_opens - h.opens._value, h.browser_pss or None))  # None: no reading yet
         slots = self.policy_slots
-        queues = {
-            "policy_in_use": (self.policy_cap - slots._value) if slots is not None else ops["a"],
-            "policy_cap": self.policy_cap,
-            "policy_waiting": len(slots._waiters or ()) if slots is not None else 0,
-            "browser_in_flight": in_flight, "browser_waiting": waiting,
-            "lease_waiting": states["W"],
-            "judge_pending": self.judge_pending() if self.judge_pending else 0,
-        }
+        queues = Queues(
+            policy_in_use=(self.policy_cap - slots._value) if slots is not None else ops["a"],
+            policy_cap=self.policy_cap,
+            policy_waiting=len(slots._waiters or ()) if slots is not None else 0,
+            browser_in_flight=in_flight, browser_waiting=waiting,
+            lease_waiting=states["W"],
+            judge_pending=self.judge_pending() if self.judge_pending else 0)
         # The pool keeps the peak of the workers' reports (the run's stats copy it from there).
         pss_total, peak_pss = (self.pool.browser_pss, self.pool.peak_browser_pss) if self.pool is not None else (0, 0)
-        return {
-            "states": dict(states), "ops": dict(ops), "total": total, "done": done, "steps": stats.steps,
-            "outcomes": dict(stats.outcomes), "success_rate": round(stats.success_rate, 4),
-            "steps_per_s": round(steps_per_s, 2), "episodes_per_min": round(eps_per_s * 60, 2),
-            "spark": list(self._spark),
-            "phases": self._phases(now, stats),
-            "queues": queues, "workers": workers, "pss_total": pss_total,
-            "peak_pss": peak_pss, "restarts": self.pool.restarts if self.pool else 0,
-            "elapsed_s": round(now - stats.started_at, 2), "eta_s": None if eta is None else round(eta, 1),
-        }
+        return Aggregate(
+            states=dict(states), ops=dict(ops), total=total, done=done, steps=stats.steps,
+            outcomes=dict(stats.outcomes), success_rate=round(stats.success_rate, 4),
+            steps_per_s=round(steps_per_s, 2), episodes_per_min=round(eps_per_s * 60, 2),
+            spark=list(self._spark), phases=self._phases(now, stats),
+            queues=queues, workers=workers, pss_total=pss_total,
+            peak_pss=peak_pss, restarts=self.pool.restarts if self.pool else 0,
+            elapsed_s=round(now - stats.started_at, 2), eta_s=None if eta is None else round(eta, 1))
 
-    def _phases(self, now: float, stats: RunStats) -> dict[str, list[float]]:
+    def _phases(self, now: float, stats: RunStats) -> dict[str, tuple[float, float, int]]:
         # Percentiles over windows of 2,000 samples cost ~0.1 ms per phase and move slowly: once per snapshot.
         if now - self._phases_at >= self.snapshot_s - 1e-6:
             self._phases_at = now
-            self._phases_cache = {k: list(v) for k, v in stats.phase_percentiles().items()}
+            self._phases_cache = stats.phase_percentiles()
         return self._phases_cache
 
     def _sample_rates(self, now: float) -> None:
@@ -362,11 +341,6 @@ class TelemetryPublisher:
         self._steps_per_s = (steps - s0) / dt if dt > 0 else 0.0
         self._eps_per_s = (done - d0) / dt if dt > 0 else 0.0
         self._spark.append(round(self._steps_per_s, 2))
-
-    @staticmethod
-    def encode(msg: dict[str, Any]) -> bytes:
-        """msgpack bytes of a message."""
-        return msgpack.packb(msg, use_bin_type=True)
 
     # --- the ticking task ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -388,10 +362,10 @@ class TelemetryPublisher:
             elif event[:1] == b"\x00":
                 self.subscribed = False
 
-    def _send(self, msg: dict[str, Any]) -> None:
+    def _send(self, msg: TelemetryMessage) -> None:
         assert self._sock is not None
         try:
-            self._sock.send(self.encode(msg), zmq.NOBLOCK)
+            self._sock.send(encode_message(msg), zmq.NOBLOCK)
             self.sent += 1
         except zmq.Again:
             self.dropped += 1  # a slow monitor: drop, never wait
@@ -439,8 +413,7 @@ class TelemetryPublisher:
             msg = self.message("snapshot", full_details=self._want_full)
             if msg is not None:
                 self._send(msg)
-            self._send({"v": FORMAT_VERSION, "kind": "end", "seq": self._seq, "t": round(self.wall(), 3),
-                        "run": self.run_name})
+            self._send(TelemetryMessage(FORMAT_VERSION, "end", self._seq, round(self.wall(), 3), self.run_name))
         if self.run_dir is not None:
             with contextlib.suppress(OSError):
                 self._write_endpoint_file(ended_at=self.wall())

@@ -19,11 +19,12 @@ from engine.rollout import EpisodeStatus, Op, State
 from engine.runner import run
 from engine.stats import RunStats
 from engine.telemetry import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
+from engine.telemetry_format import Details, TelemetryMessage, decode, encode
 from policy.registry import make_policy
 from tests.conftest import FIXTURES_DIR, subset, until
 from tui.app import MonitorApp
 from tui.cli import run_with_tui
-from tui.feed import ReplayFeed, SocketFeed, decode, latest_run, read_messages
+from tui.feed import ReplayFeed, SocketFeed, latest_run, read_messages
 from tui.model import MonitorModel
 from tui.sim import simulated_feed
 from tui.widgets import CELL_W, CellGrid, DetailPane, sparkline
@@ -33,11 +34,11 @@ SNAP_SIZE = (132, 42)
 
 
 @pytest.fixture(scope="module")
-def feed() -> list[dict[str, Any]]:
+def feed() -> list[TelemetryMessage]:
     return read_messages(FEED)
 
 
-def model_of(messages: list[dict[str, Any]]) -> MonitorModel:
+def model_of(messages: list[TelemetryMessage]) -> MonitorModel:
     m = MonitorModel()
     for msg in messages:
         m.apply(msg)
@@ -45,16 +46,17 @@ def model_of(messages: list[dict[str, Any]]) -> MonitorModel:
 
 
 # --- the recorded feed --------------------------------------------------------------------------------
-def test_recorded_feed_is_what_the_simulation_produces(feed: list[dict[str, Any]]) -> None:
+def test_recorded_feed_is_what_the_simulation_produces(feed: list[TelemetryMessage]) -> None:
     # The fixture is the simulation's output; regenerating it gives the same bytes (deterministic).
     again = simulated_feed(40, 12.0, seed=7)
-    assert b"".join(msgpack.packb(m, use_bin_type=True) for m in again) == FEED.read_bytes()
-    assert feed[0]["kind"] == "snapshot" and len(feed[0]["cells"]) == 40
-    assert [m["seq"] for m in feed] == list(range(len(feed)))
+    assert b"".join(encode(m) for m in again) == FEED.read_bytes()
+    assert again == feed
+    assert feed[0].kind == "snapshot" and len(feed[0].cells) == 40
+    assert [m.seq for m in feed] == list(range(len(feed)))
 
 
 # --- model --------------------------------------------------------------------------------------------
-def test_model_applies_snapshot_then_deltas(feed: list[dict[str, Any]]) -> None:
+def test_model_applies_snapshot_then_deltas(feed: list[TelemetryMessage]) -> None:
     m = model_of(feed[:1])
     assert len(m.cells) == 40 and all(c.state == "N" for c in m.cells.values())
     assert m.cells["sim-0003#0"].task_id == "sim-0003"
@@ -65,30 +67,30 @@ def test_model_applies_snapshot_then_deltas(feed: list[dict[str, Any]]) -> None:
     assert all(c.reward in (0.0, 1.0) for c in done)
     c = done[0]
     assert {"task", "url", "action", "thought", "screenshot", "timings"} <= set(c.details)
-    assert m.agg["done"] == counts["F"] + counts["X"] and m.gaps == 0
+    assert m.agg.done == counts["F"] + counts["X"] and m.gaps == 0
 
 
 def test_model_delta_updates_only_named_cells() -> None:
     m = MonitorModel()
-    m.apply({"kind": "snapshot", "seq": 0, "run": "r", "tasks": {"a#0": "a", "b#0": "b"},
-             "cells": {"a#0": ["N", "", 0, None], "b#0": ["N", "", 0, None]}})
+    m.apply(TelemetryMessage(1, "snapshot", 0, 0.0, "r", tasks={"a#0": "a", "b#0": "b"},
+                             cells={"a#0": ("N", "", 0, None), "b#0": ("N", "", 0, None)}))
     v = m.version
-    m.apply({"kind": "delta", "seq": 1, "run": "r", "cells": {"a#0": ["R", "a", 3, None]},
-             "details": {"a#0": {"url": "http://x/", "action": "click"}}})
+    m.apply(TelemetryMessage(1, "delta", 1, 0.1, "r", cells={"a#0": ("R", "a", 3, None)},
+                             details={"a#0": Details(url="http://x/", action="click")}))
     assert m.version > v
     assert (m.cells["a#0"].state, m.cells["a#0"].op, m.cells["a#0"].step) == ("R", "a", 3)
     assert m.cells["a#0"].text == "3a" and m.cells["b#0"].text == "N "
-    m.apply({"kind": "delta", "seq": 4, "run": "r", "cells": {"a#0": ["F", "", 5, 1.0]},
-             "details": {"a#0": {"action": "answer"}}})
+    m.apply(TelemetryMessage(1, "delta", 4, 0.4, "r", cells={"a#0": ("F", "", 5, 1.0)},
+                             details={"a#0": Details(action="answer")}))
     assert m.cells["a#0"].details == {"url": "http://x/", "action": "answer"}  # fields merge
     assert m.cells["a#0"].style_key == "F1" and m.gaps == 2
-    m.apply({"kind": "end", "seq": 5, "run": "r"})
+    m.apply(TelemetryMessage(1, "end", 5, 0.5, "r"))
     assert m.ended
-    m.apply({"kind": "snapshot", "seq": 0, "run": "other", "cells": {"z#0": ["W", "", 0, None]}})
+    m.apply(TelemetryMessage(1, "snapshot", 0, 0.6, "other", cells={"z#0": ("W", "", 0, None)}))
     assert list(m.cells) == ["z#0"] and not m.ended  # another run: start over
 
 
-def test_model_filter_and_search(feed: list[dict[str, Any]]) -> None:
+def test_model_filter_and_search(feed: list[TelemetryMessage]) -> None:
     m = model_of(feed[:40])
     states = {c.state for c in m.cells.values()}
     assert len(states) >= 3
@@ -108,29 +110,29 @@ def test_publisher_sends_dirty_cells_and_changed_details_only() -> None:
     pub.stats = RunStats(started_at=0.0, total=3)
     pub.add_episodes([("t1#0", "t1"), ("t2#0", "t2"), ("t3#0", "t3")])
     first = pub.message()
-    assert first is not None and first["kind"] == "snapshot" and set(first["cells"]) == {"t1#0", "t2#0", "t3#0"}
-    assert first["tasks"]["t2#0"] == "t2" and "agg" in first
+    assert first is not None and first.kind == "snapshot" and set(first.cells) == {"t1#0", "t2#0", "t3#0"}
+    assert first.tasks["t2#0"] == "t2" and first.agg is not None
     now[0] = 0.1
     assert pub.message() is None  # nothing changed, no aggregate due
     st = EpisodeStatus("t2#0", "t2", state=State.RUNNING, op=Op.MODEL, step=2, url="http://a/", action="click")
     pub.on_status(st)
     msg = pub.message()
-    assert msg is not None and msg["kind"] == "delta" and msg["cells"] == {"t2#0": ["R", "a", 2, None]}
-    assert msg["details"] == {"t2#0": {"url": "http://a/", "action": "click"}} and "agg" not in msg
+    assert msg is not None and msg.kind == "delta" and msg.cells == {"t2#0": ("R", "a", 2, None)}
+    assert msg.details == {"t2#0": Details(url="http://a/", action="click")} and msg.agg is None
     st.op = Op.EXECUTE
     pub.on_status(st)
     now[0] = 0.6
     msg = pub.message()
-    assert msg is not None and "details" not in msg  # only the op changed
-    assert msg["agg"]["ops"] == {"e": 1} and msg["agg"]["states"] == {"N": 2, "R": 1}
+    assert msg is not None and not msg.details and msg.agg is not None  # only the op changed
+    assert msg.agg.ops == {"e": 1} and msg.agg.states == {"N": 2, "R": 1}
     # A status object the publisher had not seen (the engine's own) replaces the planned placeholder.
     other = EpisodeStatus("t9#0", "t9", state=State.WAITING)
     pub.on_status(other)
     msg = pub.message()
-    assert msg is not None and msg["tasks"] == {"t9#0": "t9"} and msg["cells"]["t9#0"][0] == "W"
+    assert msg is not None and msg.tasks == {"t9#0": "t9"} and msg.cells["t9#0"][0] == "W"
     now[0] = 2.7
     msg = pub.message()
-    assert msg is not None and msg["kind"] == "snapshot" and len(msg["cells"]) == 4
+    assert msg is not None and msg.kind == "snapshot" and len(msg.cells) == 4
 
 
 def test_publisher_keeps_only_the_cells_of_long_finished_episodes() -> None:
@@ -151,16 +153,16 @@ def test_publisher_keeps_only_the_cells_of_long_finished_episodes() -> None:
     # Settled episodes that ended the same way share one cell: a dictionary entry each, not a tuple each.
     assert pub.cell("e0#0") is pub.cell("e5#0") and pub.cell("e1#0") is pub.cell("e2#0") != pub.cell("e0#0")
     snap = pub.message("snapshot", full_details=True)
-    assert snap is not None and len(snap["cells"]) == n + 1
-    assert snap["cells"]["e0#0"] == ["X", "", 3, None] and snap["cells"]["e1#0"] == ["F", "", 3, 1.0]
-    assert snap["cells"][f"e{n}#0"] == ["N", "", 0, None]
-    assert "e1#0" not in snap["details"] and snap["details"][f"e{n - 1}#0"]["url"] == "http://a/"
-    assert snap["agg"]["states"] == {"X": n // 5 + 1, "F": n - n // 5 - 1, "N": 1} and snap["agg"]["total"] == n + 1
+    assert snap is not None and len(snap.cells) == n + 1 and snap.agg is not None
+    assert snap.cells["e0#0"] == ("X", "", 3, None) and snap.cells["e1#0"] == ("F", "", 3, 1.0)
+    assert snap.cells[f"e{n}#0"] == ("N", "", 0, None)
+    assert "e1#0" not in snap.details and snap.details[f"e{n - 1}#0"].url == "http://a/"
+    assert snap.agg.states == {"X": n // 5 + 1, "F": n - n // 5 - 1, "N": 1} and snap.agg.total == n + 1
     # A late change (the judge's verdict) of a settled episode is sent, and its status is kept again.
     ended[1].reward = 0.0
     pub.on_status(ended[1])
     msg = pub.message("delta")
-    assert msg is not None and msg["cells"] == {"e1#0": ["F", "", 3, 0.0]}
+    assert msg is not None and msg.cells == {"e1#0": ("F", "", 3, 0.0)}
     assert len(pub.statuses) == KEEP_FINISHED and "e1#0" in pub.statuses
     # The same episode under a new status that is live again is never settled while it runs.
     again = EpisodeStatus(f"e{n - 1}#0", f"e{n - 1}", state=State.RUNNING, op=Op.MODEL)
@@ -219,11 +221,63 @@ async def test_publisher_without_subscriber_builds_nothing_and_never_blocks(tmp_
         pub.tick()
     assert time.monotonic() - t0 < 5.0 and pub.sent > 0
     first = decode(sub.recv())
-    assert first["kind"] == "snapshot" and len(first["cells"]) == 50
+    assert first.kind == "snapshot" and len(first.cells) == 50
     sub.close(0)
     ctx.term()
     await pub.close()
     assert "ended_at" in json.loads((tmp_path / ENDPOINT_FILE).read_text())
+
+
+# Each is dropped and counted, never applied: bytes that are not msgpack, msgpack that is not a map, a message of
+# another format version, a cell of the wrong shape, a figure the statistics pane cannot draw (NaN, infinite, <0).
+GOOD = TelemetryMessage(1, "delta", 1, 1.0, "r", cells={"a#0": ("R", "s", 1, None)})
+BAD = [b"\xc1", msgpack.packb([1, 2]), encode(TelemetryMessage(2, "delta", 2, 1.0, "r")),
+       msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "cells": {"a#0": "zz"}}),
+       msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "agg": {"spark": [float("nan")]}}),
+       msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "agg": {"eta_s": float("inf")}}),
+       msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "agg": {"done": -1}})]
+
+
+async def test_the_monitor_drops_bad_messages_and_goes_on(tmp_path: Path) -> None:
+    """A monitor attached to a socket it does not control (``--connect``): before, the first message that was not
+    telemetry stopped the app with a traceback. Its recording keeps only the messages it applied."""
+    ctx = zmq.asyncio.Context()
+    pub = ctx.socket(zmq.PUB)
+    endpoint = f"ipc://{tmp_path}/t.sock"
+    pub.bind(endpoint)
+    feed = SocketFeed(endpoint=endpoint, poll_s=0.05, record=tmp_path / "feed.msgpack")
+    app = MonitorApp(feed)
+    try:
+        async with app.run_test(size=SNAP_SIZE) as pilot:
+            for _ in range(200):  # a PUB socket drops what it sends before the subscription has arrived
+                await pub.send(encode(GOOD))
+                await pilot.pause(0.02)
+                if app.model.messages:
+                    break
+            for raw in BAD:
+                await pub.send(raw)
+            await pub.send(encode(TelemetryMessage(1, "delta", 2, 2.0, "r", cells={"a#0": ("F", "", 3, 1.0)})))
+            for _ in range(200):
+                await pilot.pause(0.02)
+                if app.model.cells["a#0"].state == "F":
+                    break
+            app.refresh_view(force=True)
+            await pilot.pause()
+            assert app.is_running and app.model.cells["a#0"].step == 3 and app.model.gaps == 0
+            assert feed.bad == len(BAD)
+            assert f"dropped {len(BAD)} bad messages (last: Expected `int` >= 0" in app.status
+    finally:
+        pub.close(0)
+        ctx.destroy(0)
+    recorded = read_messages(tmp_path / "feed.msgpack")  # what was applied, and only that: it plays back
+    assert len(recorded) == app.model.messages and recorded[-1].cells == {"a#0": ("F", "", 3, 1.0)}
+
+
+def test_a_broken_recording_names_its_first_bad_message(tmp_path: Path) -> None:
+    path = tmp_path / "feed.msgpack"
+    path.write_bytes(encode(GOOD) + encode(GOOD) + BAD[3])
+    with pytest.raises(ValueError, match=r"message 3: Expected `array`, got `str` - at `\$.cells\[...\]`"):
+        read_messages(path)
 
 
 # --- the app: Pilot tests on the recorded feed -----------------------------------------------------------
@@ -237,7 +291,7 @@ async def started(app: MonitorApp, pilot: Any, n: int) -> None:
     await pilot.pause()
 
 
-async def test_pilot_select_shows_details(feed: list[dict[str, Any]]) -> None:
+async def test_pilot_select_shows_details(feed: list[TelemetryMessage]) -> None:
     app = MonitorApp(ReplayFeed(feed[:60]))
     async with app.run_test(size=SNAP_SIZE) as pilot:
         await started(app, pilot, 60)
@@ -260,7 +314,7 @@ async def test_pilot_select_shows_details(feed: list[dict[str, Any]]) -> None:
         assert grid.cells[5].episode_id in app.query_one(DetailPane).content.plain  # type: ignore[union-attr]
 
 
-async def test_pilot_filter_search_pause_quit(feed: list[dict[str, Any]]) -> None:
+async def test_pilot_filter_search_pause_quit(feed: list[TelemetryMessage]) -> None:
     app = MonitorApp(ReplayFeed(feed[:60]))
     async with app.run_test(size=SNAP_SIZE) as pilot:
         await started(app, pilot, 60)
@@ -318,7 +372,7 @@ def test_sparkline() -> None:
 
 
 # --- snapshot tests -------------------------------------------------------------------------------------------
-def _snap_app(messages: list[dict[str, Any]]) -> tuple[MonitorApp, Any]:
+def _snap_app(messages: list[TelemetryMessage]) -> tuple[MonitorApp, Any]:
     app = MonitorApp(ReplayFeed(messages))
 
     async def run_before(pilot: Any) -> None:
@@ -326,17 +380,17 @@ def _snap_app(messages: list[dict[str, Any]]) -> tuple[MonitorApp, Any]:
     return app, run_before
 
 
-def test_snapshot_overview_with_selection(snap_compare: Any, feed: list[dict[str, Any]]) -> None:
+def test_snapshot_overview_with_selection(snap_compare: Any, feed: list[TelemetryMessage]) -> None:
     app, before = _snap_app(feed[:60])
     assert snap_compare(app, terminal_size=SNAP_SIZE, run_before=before, press=["right", "right", "down"])
 
 
-def test_snapshot_filter_running(snap_compare: Any, feed: list[dict[str, Any]]) -> None:
+def test_snapshot_filter_running(snap_compare: Any, feed: list[TelemetryMessage]) -> None:
     app, before = _snap_app(feed[:60])
     assert snap_compare(app, terminal_size=SNAP_SIZE, run_before=before, press=["f", "f", "f"])
 
 
-def test_snapshot_end_of_run(snap_compare: Any, feed: list[dict[str, Any]]) -> None:
+def test_snapshot_end_of_run(snap_compare: Any, feed: list[TelemetryMessage]) -> None:
     app, before = _snap_app(feed)
     assert snap_compare(app, terminal_size=(100, 34), run_before=before)
 
@@ -351,7 +405,7 @@ async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: s
     model = MonitorModel()
     history: dict[str, list[str]] = {}
 
-    def apply(msg: dict[str, Any]) -> None:
+    def apply(msg: TelemetryMessage) -> None:
         model.apply(msg)
         for eid, cell in model.cells.items():
             h = history.setdefault(eid, [])
@@ -370,15 +424,15 @@ async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: s
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
     assert latest_run(out) == run_dir and json.loads((run_dir / ENDPOINT_FILE).read_text())["endpoint"]
-    assert feed.received > 0 and model.ended and model.run == run_dir.name
+    assert feed.received > 0 and feed.bad == 0 and model.ended and model.run == run_dir.name
     assert len(model.cells) == n and model.counts()["F"] == n == stats.summary()["succeeded"]
     for eid, h in history.items():
         assert h[0] in "NWR" and h[-1] == "F" and "R" in h, (eid, h)
     assert any(h[0] == "N" for h in history.values())
     cell = next(iter(model.cells.values()))
     assert cell.reward == 1.0 and cell.details.get("screenshot", "").startswith("frames/")
-    assert model.agg["done"] == n and model.agg["steps"] == stats.steps
-    assert {"action", "settle", "screenshot", "model"} <= set(model.agg["phases"])
+    assert model.agg.done == n and model.agg.steps == stats.steps
+    assert {"action", "settle", "screenshot", "model"} <= set(model.agg.phases)
 
 
 @pytest.mark.timeout(90)
@@ -401,8 +455,8 @@ async def test_detach_and_reattach_to_a_running_engine(tmp_path: Path, sites: st
             sub.setsockopt(zmq.SUBSCRIBE, b"")
             sub.connect(endpoint)
             first = decode(await asyncio.wait_for(sub.recv(), 10))
-            assert first["kind"] == "snapshot" and len(first["cells"]) == len(first["tasks"])
-            seen.append({c[0] for c in first["cells"].values()})
+            assert first.kind == "snapshot" and len(first.cells) == len(first.tasks)
+            seen.append({c[0] for c in first.cells.values()})
             sub.close(0)
             await asyncio.sleep(0.5)
         assert not engine.done()

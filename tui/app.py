@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input
 
+from engine.telemetry_format import TelemetryMessage
 from tui.feed import Source
 from tui.model import STATE_NAMES, STATES, Cell, MonitorModel
 from tui.widgets import CellGrid, DetailPane, StatsPane
@@ -70,7 +71,7 @@ class MonitorApp(App[None]):
         self.refresh_view(force=True)
 
     # --- feed -----------------------------------------------------------------------------------------
-    def _apply(self, msg: dict[str, Any]) -> None:
+    def _apply(self, msg: TelemetryMessage) -> None:
         self.model.apply(msg)
         self.applied += 1
 

@@ -44,7 +44,10 @@ def monitor(run_dir: Path | None, endpoint: str | None, output_dir: str, record:
 
     source: Source
     if replay:
-        source = ReplayFeed(replay, speed=speed)
+        try:
+            source = ReplayFeed(replay, speed=speed)
+        except ValueError as exc:  # a recording with a message that is not telemetry of this format
+            raise click.ClickException(str(exc)) from None
     else:
         if run_dir is not None and not run_dir.exists():
             raise click.ClickException(f"{run_dir} does not exist")

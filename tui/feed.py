@@ -22,8 +22,9 @@ import zmq.asyncio
 
 from browserpool.auth import ClientKeys
 from engine.telemetry import ENDPOINT_FILE
+from engine.telemetry_format import TelemetryFormatError, TelemetryMessage, convert, decode, encode
 
-Apply = Callable[[dict[str, Any]], None]
+Apply = Callable[[TelemetryMessage], None]
 Status = Callable[[str], None]
 STALE_S = 5.0  # no message for this long while attached: say so
 
@@ -32,11 +33,6 @@ class Source(Protocol):
     """A feed the monitor app runs: calls ``apply`` with each message and ``status`` with a state line."""
 
     async def run(self, apply: Apply, status: Status) -> None: ...
-
-
-def decode(raw: bytes) -> dict[str, Any]:
-    """One telemetry message from its msgpack bytes."""
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
 
 def read_endpoint(run_dir: Path) -> dict[str, Any] | None:
@@ -78,6 +74,7 @@ class SocketFeed:
         self.record = Path(record) if record else None
         self.poll_s = poll_s
         self.received = 0
+        self.bad = 0  # messages that were not telemetry of this format: dropped
         self._ctx = zmq.asyncio.Context()
 
     async def _find(self, status: Status, current: tuple[Path, dict[str, Any]] | None
@@ -129,6 +126,7 @@ class SocketFeed:
         last = time.monotonic()
         ended = False
         stale_shown = False
+        bad_note = ""
         try:
             while True:
                 if await sock.poll(int(self.poll_s * 1000)):
@@ -136,13 +134,21 @@ class SocketFeed:
                     while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                         raw = await sock.recv()  # ready: zmq.asyncio hands back a future that is already done
                         self.received += 1
+                        try:
+                            msg = decode(raw)
+                        except TelemetryFormatError as exc:
+                            # Someone else's socket, or a garbled message: counted and shown, never applied or
+                            # recorded (a recording plays back).
+                            self.bad += 1
+                            bad_note = f"; dropped {self.bad} bad message{'s' * (self.bad > 1)} (last: {exc})"
+                            stale_shown = True  # the state line is redrawn with the note
+                            continue
                         if out is not None:
                             out.write(raw)
-                        msg = decode(raw)
                         apply(msg)
-                        ended = msg.get("kind") == "end"
+                        ended = msg.kind == "end"
                     if stale_shown or self.received == 1 or ended:
-                        status("the run has ended" if ended else "attached")
+                        status(("the run has ended" if ended else "attached") + bad_note)
                         stale_shown = False
                     last = time.monotonic()
                     continue
@@ -160,18 +166,24 @@ class SocketFeed:
             sock.close(0)
 
 
-def read_messages(path: str | Path) -> list[dict[str, Any]]:
-    """The messages of a recorded feed (a msgpack stream)."""
+def read_messages(path: str | Path) -> list[TelemetryMessage]:
+    """The messages of a recorded feed (a msgpack stream); TelemetryFormatError names the first bad one."""
+    out: list[TelemetryMessage] = []
     with open(path, "rb") as f:
-        return list(msgpack.Unpacker(f, raw=False, strict_map_key=False))
+        try:
+            for obj in msgpack.Unpacker(f, raw=False, strict_map_key=False):
+                out.append(convert(obj))
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise TelemetryFormatError(f"{path}: message {len(out) + 1}: {exc}") from None
+    return out
 
 
-def write_messages(path: str | Path, messages: Iterable[dict[str, Any]]) -> int:
+def write_messages(path: str | Path, messages: Iterable[TelemetryMessage]) -> int:
     """Record messages as a msgpack stream; returns how many."""
     n = 0
     with open(path, "wb") as f:
         for m in messages:
-            f.write(msgpack.packb(m, use_bin_type=True))
+            f.write(encode(m))
             n += 1
     return n
 
@@ -179,7 +191,7 @@ def write_messages(path: str | Path, messages: Iterable[dict[str, Any]]) -> int:
 class ReplayFeed:
     """Play recorded messages; ``speed`` None: all at once (tests), else in real time divided by ``speed``."""
 
-    def __init__(self, messages: str | Path | list[dict[str, Any]], speed: float | None = None) -> None:
+    def __init__(self, messages: str | Path | list[TelemetryMessage], speed: float | None = None) -> None:
         self.messages = read_messages(messages) if isinstance(messages, str | Path) else messages
         self.speed = speed
 
@@ -189,8 +201,8 @@ class ReplayFeed:
         prev: float | None = None
         for m in self.messages:
             if self.speed and prev is not None:
-                await asyncio.sleep(max(0.0, (m.get("t", prev) - prev) / self.speed))
-            prev = m.get("t", prev)
+                await asyncio.sleep(max(0.0, (m.t - prev) / self.speed))
+            prev = m.t
             apply(m)
         status("replay finished")
         await asyncio.Event().wait()

@@ -1,6 +1,6 @@
 """What the monitor shows: the cells and the aggregates, built from telemetry messages. Pure; no I/O.
 
-:meth:`MonitorModel.apply` takes one decoded message (see ``engine/telemetry.py``); ``version`` goes up
+:meth:`MonitorModel.apply` takes one message (``engine/telemetry_format.py``); ``version`` goes up
 whenever something visible changed, so the view redraws only then.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine.telemetry_format import Aggregate, TelemetryMessage
 
 STATES = ("N", "W", "R", "F", "X")
 STATE_NAMES = {"N": "not started", "W": "waiting", "R": "running", "F": "finished", "X": "failed"}
@@ -49,7 +51,7 @@ class MonitorModel:
     """Cells in plan order, the latest aggregates, and what the view filters by."""
 
     cells: dict[str, Cell] = field(default_factory=dict)
-    agg: dict[str, Any] = field(default_factory=dict)
+    agg: Aggregate = field(default_factory=Aggregate)
     run: str = ""
     seq: int = -1
     last_t: float = 0.0
@@ -64,47 +66,46 @@ class MonitorModel:
     def reset(self, run: str = "") -> None:
         """Forget everything (another run)."""
         self.cells.clear()
-        self.agg = {}
+        self.agg = Aggregate()
         self.run, self.seq, self.ended = run, -1, False
         self.version += 1
 
-    def apply(self, msg: dict[str, Any]) -> bool:
+    def apply(self, msg: TelemetryMessage) -> bool:
         """Apply one message; True when the view should redraw."""
-        run = msg.get("run", "")
+        run = msg.run
         if run != self.run and self.messages:
             self.reset(run)
         self.run = run
         self.messages += 1
-        seq = msg.get("seq", 0)
+        seq = msg.seq
         if self.seq >= 0 and seq > self.seq + 1:
             self.gaps += seq - self.seq - 1
         self.seq = max(self.seq, seq)
-        self.last_t = msg.get("t", self.last_t)
-        kind = msg.get("kind")
-        if kind == "end":
+        self.last_t = msg.t
+        if msg.kind == "end":
             self.ended = True
             self.version += 1
             return True
         cells = self.cells
-        for eid, task_id in (msg.get("tasks") or {}).items():
+        for eid, task_id in msg.tasks.items():
             cell = cells.get(eid)
             if cell is None:
                 cells[eid] = Cell(eid, task_id)
             else:
                 cell.task_id = task_id
-        for eid, (state, op, step, reward) in (msg.get("cells") or {}).items():
+        for eid, (state, op, step, reward) in msg.cells.items():
             cell = cells.get(eid)
             if cell is None:
                 cell = cells[eid] = Cell(eid, eid.rsplit("#", 1)[0])
             cell.state, cell.op, cell.step, cell.reward = state, op, step, reward
             cell.version += 1
-        for eid, d in (msg.get("details") or {}).items():
+        for eid, d in msg.details.items():
             cell = cells.get(eid)
             if cell is not None:
-                cell.details.update(d)
+                cell.details.update(d.fields())
                 cell.version += 1
-        if "agg" in msg:
-            self.agg = msg["agg"]
+        if msg.agg is not None:
+            self.agg = msg.agg
             self.agg_version += 1
         self.version += 1
         return True

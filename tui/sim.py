@@ -14,12 +14,12 @@ import asyncio
 import heapq
 import random
 from dataclasses import dataclass, field
-from typing import Any
 
 from browserpool.pool import PoolConfig, WorkerHandle
 from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
 from engine.telemetry import TelemetryPublisher
+from engine.telemetry_format import TelemetryMessage
 from tui.feed import write_messages
 
 WALL0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: message times are this plus the virtual clock
@@ -164,9 +164,9 @@ class SimulatedRun:
     def finished(self) -> bool:
         return not self._events
 
-    def messages(self, seconds: float, hz: float = 10.0) -> list[dict[str, Any]]:
+    def messages(self, seconds: float, hz: float = 10.0) -> list[TelemetryMessage]:
         """The messages a monitor attached from the start would receive over ``seconds`` of virtual time."""
-        out: list[dict[str, Any]] = []
+        out: list[TelemetryMessage] = []
         first = self.pub.message("snapshot", full_details=True)
         assert first is not None
         out.append(first)
@@ -180,7 +180,7 @@ class SimulatedRun:
 
 
 def simulated_feed(n: int = 64, seconds: float = 20.0, seed: int = 0, hz: float = 10.0,
-                   op_s: float = 0.4) -> list[dict[str, Any]]:
+                   op_s: float = 0.4) -> list[TelemetryMessage]:
     """A deterministic feed of ``n`` rollouts progressing (the same messages for the same arguments)."""
     return SimulatedRun(n, seed=seed, op_s=op_s, concurrency=max(1, n * 3 // 4)).messages(seconds, hz)
 

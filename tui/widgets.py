@@ -184,46 +184,45 @@ def render_stats(model: MonitorModel) -> Group:
     ops = model.ops_in_flight()
     parts.append(Text("in flight: " + " ".join(f"{o}:{ops[o]}" for o in OPS), style="bold", no_wrap=True))
     parts.append(Text(" ".join(f"{o} {OP_NAMES[o]}," for o in OPS).rstrip(","), style="dim"))
-    total, done = agg.get("total", len(model.cells)), agg.get("done", 0)
-    outcomes = agg.get("outcomes", {})
+    total, done = agg.total or len(model.cells), agg.done
+    outcomes = agg.outcomes
     rate = Table.grid(padding=(0, 1))
     rate.add_column(style="bold")
     rate.add_column()
     rate.add_row("episodes", f"{done}/{total}  ✓{outcomes.get('success', 0)} ✗{outcomes.get('failure', 0)} "
                              f"!{outcomes.get('error', 0)}")
-    rate.add_row("success", f"{agg.get('success_rate', 0.0):.1%}")
-    rate.add_row("steps/s", f"{agg.get('steps_per_s', 0.0):.1f}  ({agg.get('steps', 0)} steps)")
-    rate.add_row("", Text(sparkline(agg.get("spark", []), 30), style="green"))
-    rate.add_row("episodes/min", f"{agg.get('episodes_per_min', 0.0):.1f}")
-    rate.add_row("elapsed", f"{fmt_s(agg.get('elapsed_s'))}   left ~{fmt_s(agg.get('eta_s'))}")
+    rate.add_row("success", f"{agg.success_rate:.1%}")
+    rate.add_row("steps/s", f"{agg.steps_per_s:.1f}  ({agg.steps} steps)")
+    rate.add_row("", Text(sparkline(agg.spark, 30), style="green"))
+    rate.add_row("episodes/min", f"{agg.episodes_per_min:.1f}")
+    rate.add_row("elapsed", f"{fmt_s(agg.elapsed_s)}   left ~{fmt_s(agg.eta_s)}")
     parts.append(rate)
     lat = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     lat.add_column("latency ms")
     lat.add_column("p50", justify="right")
     lat.add_column("p95", justify="right")
-    phases = agg.get("phases", {})
     for name in PHASES:
-        p = phases.get(name)
+        p = agg.phases.get(name)
         lat.add_row(name, f"{p[0]:.0f}" if p else "-", f"{p[1]:.0f}" if p else "-")
     parts.append(lat)
-    q = agg.get("queues", {})
+    q = agg.queues
     parts.append(Text.assemble(
         ("queues", "bold"), "  in flight + waiting\n",
-        f"  policy {q.get('policy_in_use', 0)}/{q.get('policy_cap', 0)} +{q.get('policy_waiting', 0)}   "
-        f"browser ops {q.get('browser_in_flight', 0)} +{q.get('browser_waiting', 0)}\n",
-        f"  browser leases +{q.get('lease_waiting', 0)}   judge +{q.get('judge_pending', 0)}"))
+        f"  policy {q.policy_in_use}/{q.policy_cap} +{q.policy_waiting}   "
+        f"browser ops {q.browser_in_flight} +{q.browser_waiting}\n",
+        f"  browser leases +{q.lease_waiting}   judge +{q.judge_pending}"))
     workers = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for col, just in (("worker", "left"), ("ok", "left"), ("eps", "right"), ("ops", "right"), ("PSS", "right")):
         workers.add_column(col, justify=just)  # type: ignore[arg-type]
-    ws = agg.get("workers", [])
+    ws = agg.workers
     for w in ws[:16]:
-        workers.add_row(w["id"], Text("●", "green") if w["alive"] else Text("✗", "red"), str(w["episodes"]),
-                        f"{w['ops']}+{w['waiting']}", fmt_mib(w.get("pss")))
+        workers.add_row(w.id, Text("●", "green") if w.alive else Text("✗", "red"), str(w.episodes),
+                        f"{w.ops}+{w.waiting}", fmt_mib(w.pss))
     if len(ws) > 16:
         workers.add_row(f"+{len(ws) - 16} more", "", "", "", "")
     parts.append(workers)
-    parts.append(Text(f"browser PSS {fmt_mib(agg.get('pss_total'))}, peak {fmt_mib(agg.get('peak_pss'))}, "
-                      f"restarts {agg.get('restarts', 0)}", style="dim", overflow="ellipsis", no_wrap=True))
+    parts.append(Text(f"browser PSS {fmt_mib(agg.pss_total)}, peak {fmt_mib(agg.peak_pss)}, "
+                      f"restarts {agg.restarts}", style="dim", overflow="ellipsis", no_wrap=True))
     legend = Text("F:", no_wrap=True, overflow="ellipsis")
     for key, name in LEGEND:
         legend.append(" ", CELL_STYLES[key])
