@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import tempfile
@@ -30,13 +29,23 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import zmq
 
 from browserpool.auth import CurveGuard, KeyFileError, ServerKeys
 from browserpool.protocol import HANDSHAKE_TIMEOUT_MS
 from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
-from engine.telemetry_format import FORMAT_VERSION, Aggregate, Cell, Details, Queues, TelemetryMessage, WorkerRow
+from engine.telemetry_format import (
+    FORMAT_VERSION,
+    Aggregate,
+    Cell,
+    Details,
+    EndpointInfo,
+    Queues,
+    TelemetryMessage,
+    WorkerRow,
+)
 from engine.telemetry_format import encode as encode_message
 
 if TYPE_CHECKING:
@@ -162,11 +171,11 @@ class TelemetryPublisher:
         if self.run_dir is not None:
             self._write_endpoint_file()
 
-    def _write_endpoint_file(self, **extra: Any) -> None:
-        assert self.run_dir is not None
-        info = {"endpoint": self.endpoint, "pid": os.getpid(), "started_at": self.started_at, **extra}
+    def _write_endpoint_file(self, ended_at: float | None = None) -> None:
+        assert self.run_dir is not None and self.endpoint is not None
+        info = EndpointInfo(self.endpoint, os.getpid(), self.started_at, ended_at)
         tmp = self.run_dir / f".{ENDPOINT_FILE}.tmp"
-        tmp.write_text(json.dumps(info))
+        tmp.write_bytes(msgspec.json.encode(info))
         tmp.replace(self.run_dir / ENDPOINT_FILE)  # atomic: a monitor never reads half a file
 
     def attach(self, core: EngineCore) -> None:

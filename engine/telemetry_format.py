@@ -107,6 +107,15 @@ class TelemetryMessage(msgspec.Struct, omit_defaults=True, frozen=True):
     agg: Aggregate | None = None
 
 
+class EndpointInfo(msgspec.Struct, omit_defaults=True, frozen=True):
+    """A run directory's ``telemetry.json``: where its engine publishes, and since when."""
+
+    endpoint: str
+    pid: int
+    started_at: float
+    ended_at: float | None = None  # the engine closed its telemetry
+
+
 class TelemetryFormatError(ValueError):
     """Bytes that are not a telemetry message of this format."""
 

@@ -19,12 +19,12 @@ from engine.rollout import EpisodeStatus, Op, State
 from engine.runner import run
 from engine.stats import RunStats
 from engine.telemetry import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
-from engine.telemetry_format import Details, TelemetryMessage, decode, encode
+from engine.telemetry_format import Details, EndpointInfo, TelemetryMessage, decode, encode
 from policy.registry import make_policy
 from tests.conftest import FIXTURES_DIR, subset, until
 from tui.app import MonitorApp
 from tui.cli import run_with_tui
-from tui.feed import ReplayFeed, SocketFeed, latest_run, read_messages
+from tui.feed import ReplayFeed, SocketFeed, latest_run, read_endpoint, read_messages
 from tui.model import MonitorModel
 from tui.sim import simulated_feed
 from tui.widgets import CELL_W, CellGrid, DetailPane, sparkline
@@ -190,6 +190,13 @@ def test_endpoints(tmp_path: Path) -> None:
     assert ipc_endpoint(deep).startswith("ipc:///tmp/webgym-telemetry-")  # sun_path is short
     with pytest.raises(ValueError):
         resolve_endpoint("udp://x", tmp_path)
+    # What the monitor finds in a run directory: only what an engine writes is an endpoint (before, "[]" was taken,
+    # and the monitor stopped on a TypeError).
+    for text in ('[]', '{"endpoint": 5, "pid": 1, "started_at": 0}', '{"endpoint": "ipc:///x"', ''):
+        (tmp_path / ENDPOINT_FILE).write_text(text)
+        assert read_endpoint(tmp_path) is None, text
+    (tmp_path / ENDPOINT_FILE).write_text('{"endpoint": "ipc:///x", "pid": 7, "started_at": 1.5}')
+    assert read_endpoint(tmp_path) == EndpointInfo("ipc:///x", 7, 1.5)
 
 
 @pytest.mark.wallclock

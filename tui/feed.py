@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 import msgpack
+import msgspec
 import zmq
 import zmq.asyncio
 
 from browserpool.auth import ClientKeys
 from engine.telemetry import ENDPOINT_FILE
-from engine.telemetry_format import TelemetryFormatError, TelemetryMessage, convert, decode, encode
+from engine.telemetry_format import EndpointInfo, TelemetryFormatError, TelemetryMessage, convert, decode, encode
 
 Apply = Callable[[TelemetryMessage], None]
 Status = Callable[[str], None]
@@ -35,11 +35,11 @@ class Source(Protocol):
     async def run(self, apply: Apply, status: Status) -> None: ...
 
 
-def read_endpoint(run_dir: Path) -> dict[str, Any] | None:
-    """The run directory's ``telemetry.json`` (endpoint, pid, started_at, ended_at), None if not there (yet)."""
+def read_endpoint(run_dir: Path) -> EndpointInfo | None:
+    """The run directory's ``telemetry.json``; None if not there (yet), or not what an engine writes."""
     try:
-        return json.loads((run_dir / ENDPOINT_FILE).read_text())
-    except (OSError, ValueError):
+        return msgspec.json.decode((run_dir / ENDPOINT_FILE).read_bytes(), type=EndpointInfo)
+    except (OSError, msgspec.DecodeError):
         return None
 
 
@@ -77,8 +77,8 @@ class SocketFeed:
         self.bad = 0  # messages that were not telemetry of this format: dropped
         self._ctx = zmq.asyncio.Context()
 
-    async def _find(self, status: Status, current: tuple[Path, dict[str, Any]] | None
-                    ) -> tuple[Path | None, dict[str, Any]]:
+    async def _find(self, status: Status, current: tuple[Path, EndpointInfo] | None
+                    ) -> tuple[Path | None, EndpointInfo]:
         """Wait for an engine to attach to: (run directory, its telemetry.json)."""
         shown = False
         while True:
@@ -99,19 +99,19 @@ class SocketFeed:
             if self.endpoint:
                 await self._attach(self.endpoint, None, apply, status, out)
                 return
-            current: tuple[Path, dict[str, Any]] | None = None
+            current: tuple[Path, EndpointInfo] | None = None
             while True:
                 run_dir, info = await self._find(status, current)
                 assert run_dir is not None
                 current = (run_dir, info)
-                await self._attach(info["endpoint"], run_dir, apply, status, out, info)
+                await self._attach(info.endpoint, run_dir, apply, status, out, info)
         finally:
             if out:
                 out.close()
             self._ctx.destroy(linger=0)
 
     async def _attach(self, endpoint: str, run_dir: Path | None, apply: Apply, status: Status,
-                      out: BinaryIO | None, info: dict[str, Any] | None = None) -> None:
+                      out: BinaryIO | None, info: EndpointInfo | None = None) -> None:
         """Receive from one endpoint; return when another engine or run should be followed instead."""
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
@@ -122,7 +122,7 @@ class SocketFeed:
             self.keys.apply(sock)
         sock.connect(endpoint)
         name = run_dir.name if run_dir else endpoint
-        status(f"connecting to {endpoint}" + (" (the run has ended)" if info and info.get("ended_at") else ""))
+        status(f"connecting to {endpoint}" + (" (the run has ended)" if info and info.ended_at else ""))
         last = time.monotonic()
         ended = False
         stale_shown = False
@@ -157,7 +157,7 @@ class SocketFeed:
                     newer = self.run_dir or latest_run(self.output_dir)
                     newer_info = read_endpoint(newer) if newer else None
                     if newer_info is not None and (newer, newer_info) != (run_dir, info) \
-                            and not newer_info.get("ended_at"):
+                            and not newer_info.ended_at:
                         return
                 if not stale_shown and not ended and time.monotonic() - last > STALE_S:
                     status(f"no data from {name} for {STALE_S:.0f} s (engine gone or not started)")
