@@ -38,6 +38,7 @@ from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
 from engine.telemetry_format import (
     FORMAT_VERSION,
+    MAX_TEXT,
     Aggregate,
     Cell,
     Details,
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 ENDPOINT_FILE = "telemetry.json"
 DETAIL_FIELDS = ("task", "url", "title", "action", "thought", "screenshot", "step_timings_ms", "error")
 DETAIL_NAMES = {"step_timings_ms": "timings"}  # wire names that differ from EpisodeStatus's
-MAX_TEXT = 800  # long thoughts are cut: the monitor shows a few lines
 _IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 # Finished episodes whose details stay at hand for a monitor that attaches later; older ones keep their cell only,
 # so that the publisher holds a dictionary entry per finished episode over a run of any length, not its whole status.

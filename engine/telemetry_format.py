@@ -22,11 +22,13 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 FORMAT_VERSION = 1
+MAX_TEXT = 800  # a detail's text is cut to this (and "…"): the monitor shows a few lines
 
 Count = Annotated[int, msgspec.Meta(ge=0)]
 # Finite and not negative: what the monitor formats and scales (a NaN or an infinity would break a sparkline).
 Figure = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 Cell = tuple[str, str, Count, float | None]  # state letter, operation letter, step, reward (None: not yet)
+DetailText = Annotated[str, msgspec.Meta(max_length=MAX_TEXT + 1)]
 
 
 class WorkerRow(msgspec.Struct, frozen=True):
@@ -79,14 +81,14 @@ class Aggregate(msgspec.Struct, frozen=True):
 class Details(msgspec.Struct, omit_defaults=True, frozen=True):
     """A rollout's details: only the fields that changed since they were last sent (the others are unset)."""
 
-    task: str | UnsetType = UNSET
-    url: str | UnsetType = UNSET
-    title: str | UnsetType = UNSET
-    action: str | UnsetType = UNSET
-    thought: str | UnsetType = UNSET
-    screenshot: str | UnsetType = UNSET  # path in the run directory
+    task: DetailText | UnsetType = UNSET
+    url: DetailText | UnsetType = UNSET
+    title: DetailText | UnsetType = UNSET
+    action: DetailText | UnsetType = UNSET
+    thought: DetailText | UnsetType = UNSET
+    screenshot: DetailText | UnsetType = UNSET  # path in the run directory
     timings: dict[str, Figure] | UnsetType = UNSET  # of the last completed step, ms
-    error: str | UnsetType = UNSET
+    error: DetailText | UnsetType = UNSET
 
     def fields(self) -> dict[str, object]:
         """The fields that are set."""

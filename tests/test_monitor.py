@@ -236,12 +236,15 @@ async def test_publisher_without_subscriber_builds_nothing_and_never_blocks(tmp_
 
 
 # Each is dropped and counted, never applied: bytes that are not msgpack, msgpack that is not a map, a message of
-# another format version, a cell of the wrong shape, a figure the statistics pane cannot draw (NaN, infinite, <0).
+# another format version, a cell of the wrong shape, a figure the statistics pane cannot draw (NaN, infinite, <0), a
+# text longer than any the engine sends.
 GOOD = TelemetryMessage(1, "delta", 1, 1.0, "r", cells={"a#0": ("R", "s", 1, None)})
 BAD = [b"\xc1", msgpack.packb([1, 2]), encode(TelemetryMessage(2, "delta", 2, 1.0, "r")),
        msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "cells": {"a#0": "zz"}}),
        msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "agg": {"spark": [float("nan")]}}),
        msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "agg": {"eta_s": float("inf")}}),
+       msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r",
+                      "details": {"a#0": {"thought": "x" * 100_000}}}),  # the engine cuts a text to 800 characters
        msgpack.packb({"v": 1, "kind": "delta", "seq": 2, "t": 1.0, "run": "r", "agg": {"done": -1}})]
 
 
