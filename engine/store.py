@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import engine
+from engine import json_input
 from engine._filewrite import write_files
 from engine.frame_writer import FrameWriter
 from engine.records import (
@@ -48,6 +49,7 @@ from engine.records import (
     EpisodeRecord,
     Judgement,
     RecordFormatError,
+    check_version,
     decode_judgement,
     decode_record,
 )
@@ -163,9 +165,8 @@ class RunStore:
         secret-named keys."""
         path = self.dir / "manifest.json"
         started = time.time()
-        if path.exists():
-            with contextlib.suppress(OSError, ValueError):
-                started = json.loads(path.read_text()).get("started_at", started)
+        with contextlib.suppress(OSError, ValueError):  # unreadable: the run starts its record of time afresh
+            started = read_manifest(self.dir).get("started_at", started)
         manifest = {"format_version": FORMAT_VERSION, "code_version": code_version(),
                     "started_at": started, "updated_at": time.time(),
                     "config": redact_tree(json.loads(json.dumps(config, default=str)))}
@@ -342,6 +343,26 @@ def merge_judgement(record: EpisodeRecord, judgement: Judgement) -> EpisodeRecor
     else:
         merged["judge_error"] = judgement.get("error")
     return merged
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """A run directory's ``manifest.json`` ({} when it has none). Raises
+    :class:`~engine.records.RecordFormatError` when it is not JSON, not an object (with a ``config`` object), or
+    of a record format this code does not read."""
+    path = Path(run_dir) / "manifest.json"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        manifest = json_input.loads(raw)
+    except ValueError as exc:  # also: nested too deep, a number too long
+        raise RecordFormatError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("config", {}), dict):
+        raise RecordFormatError(f"{path} is not a run manifest (a JSON object, its config an object)")
+    version = manifest.get("format_version")
+    check_version(version if isinstance(version, int) and not isinstance(version, bool) else None, str(path))
+    return manifest
 
 
 def read_records(run_dir: str | Path) -> list[EpisodeRecord]:

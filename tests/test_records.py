@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from click.testing import CliRunner
 
 from engine.judging import JudgeQueue
 from engine.records import (
@@ -23,8 +24,10 @@ from engine.records import (
     decode_record,
 )
 from engine.rewards import FactVerdict, Reward
-from engine.store import RunStore, read_records
+from engine.store import RunStore, read_manifest, read_records
 from engine.tasks import parse_task
+from train.cli import export
+from viewer.cli import view
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -162,6 +165,33 @@ async def test_torn_last_line_is_ignored(real_run: Path, tmp_path: Path) -> None
     # The writer cuts it when the run resumes.
     RunStore(run_dir).close()
     assert (run_dir / "episodes.jsonl").read_bytes() == b"".join(x + b"\n" for x in lines[:2])
+
+
+MANIFESTS = [("[]", "is not a run manifest"), ('{"config": []}', "is not a run manifest"),
+             ('{"config": {', "is not JSON"), ("[" * 100_000, "is not JSON"),
+             (json.dumps({"format_version": FORMAT_VERSION + 1, "config": {}}), "was written by a newer webgym-engine")]
+
+
+@pytest.mark.parametrize(("text", "why"), MANIFESTS, ids=["list", "config", "cut", "deep", "newer"])
+async def test_a_manifest_this_code_cannot_read_is_named_by_every_reader(real_run: Path, tmp_path: Path, text: str,
+                                                                         why: str) -> None:
+    """Before, the viewer and the export read manifest.json on their own: a list, a bad config or a cut file came
+    out as a traceback (AttributeError, JSONDecodeError, RecursionError), and a resumed run stopped on a list."""
+    run_dir = copy_run(real_run, tmp_path / "run", lines_of(real_run)[:2])
+    (run_dir / "manifest.json").write_text(text)
+    with pytest.raises(RecordFormatError, match=f"^{run_dir / 'manifest.json'} {why}"):
+        read_manifest(run_dir)
+    for command, args in ((view, [str(run_dir)]), (export, [str(run_dir), "-o", str(tmp_path / "out.json")])):
+        result = CliRunner().invoke(command, args)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        assert result.output.startswith(f"Error: {run_dir / 'manifest.json'} {why}"), result.output
+    store = RunStore(run_dir)  # --resume writes a new manifest over the unreadable one
+    try:
+        store.write_manifest({"policy": "scripted"})
+    finally:
+        store.close()
+    assert read_manifest(run_dir)["config"] == {"policy": "scripted"}
+    assert read_manifest(tmp_path) == {}  # none at all: nothing to read
 
 
 async def test_json_the_engine_writes_beyond_msgspec_reads(real_run: Path) -> None:

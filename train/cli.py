@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from engine.records import RecordFormatError
 from train.export import dataset_info, export_sharegpt
 
 
@@ -34,7 +35,10 @@ def export(run_dir: str, fmt: str, out_path: str | None, all_episodes: bool, rel
     demonstrations in the model's reply format.
     """
     out = Path(out_path) if out_path else Path(run_dir) / f"export-{fmt}.json"
-    result = export_sharegpt(run_dir, out, only_success=not all_episodes, relative_to=relative_to)
+    try:
+        result = export_sharegpt(run_dir, out, only_success=not all_episodes, relative_to=relative_to)
+    except RecordFormatError as exc:  # a manifest or a record line this code cannot read: say which, no traceback
+        raise click.ClickException(str(exc)) from None
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(result["skipped"].items())) or "none"
     click.echo(f"wrote {result['samples']} samples to {out} (left out: {skipped})")
     click.echo("dataset_info.json entry: " + json.dumps(dataset_info(out.stem, out.name)))
@@ -67,7 +71,10 @@ def train_model(config: str, run_dirs: tuple[str, ...], runs: tuple[str, ...], o
         raise click.ClickException(str(exc)) from None
     from train.trainer import Trainer, samples_from_runs
 
-    samples = samples_from_runs(cfg, all_runs)
+    try:
+        samples = samples_from_runs(cfg, all_runs)
+    except RecordFormatError as exc:
+        raise click.ClickException(str(exc)) from None
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(samples.skipped.items())) or "none"
     if not samples.samples:
         raise click.ClickException(f"no training samples in {', '.join(all_runs)} (left out: {skipped})")

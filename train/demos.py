@@ -35,7 +35,7 @@ from engine.agent.prompts import AgentConfig
 from engine.model_api import LanguageModel
 from engine.policy_api import StepView
 from engine.records import EpisodeRecord, StepRecord, TaskRecord
-from engine.store import frame_file, read_records
+from engine.store import frame_file, read_manifest, read_records
 from engine.tasks import Task
 from policy.agent_policy import AgentPolicy
 
@@ -143,8 +143,7 @@ def demonstration_record(record: EpisodeRecord, run_dir: str | Path, cfg: AgentC
         cfg = replace(cfg, interaction="coordinates")
     run_dir = Path(run_dir)
     if manifest is None:
-        path = run_dir / "manifest.json"
-        manifest = json.loads(path.read_text()) if path.exists() else {}
+        manifest = read_manifest(run_dir)
     agent = AgentPolicy(_NoModel(resize), cfg)
     task = _task(record["task"])
     out = copy.deepcopy(record)
@@ -186,8 +185,7 @@ def demonstration_records(run_dir: str | Path, cfg: AgentConfig | None = None, *
                           resize: dict[str, int] | None = None) -> list[EpisodeRecord]:
     """:func:`demonstration_record` for every record of a run (only the successful ones by default)."""
     run_dir = Path(run_dir)
-    path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text()) if path.exists() else {}
+    manifest = read_manifest(run_dir)
     out = []
     for record in read_records(run_dir):
         if only_success and (record.get("reward") or {}).get("value") != 1.0:

@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.agent.prompts import AgentConfig
 from engine.records import EpisodeRecord, StepRecord
-from engine.store import FrameRefError, frame_file, read_records
+from engine.store import FrameRefError, frame_file, read_manifest, read_records
 from train.demos import demonstration_record
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -83,8 +83,7 @@ def sharegpt_samples(records: Iterable[EpisodeRecord], run_dir: str | Path, *, o
     run_dir = Path(run_dir)
     counts = counts if counts is not None else {}
     rel = Path(relative_to) if relative_to is not None else None
-    manifest_path = run_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = read_manifest(run_dir)
     if agent is None:
         known = {"interaction", "response_format", "coords", "action_format", "window", "template_file",
                  "resize_factor", "min_pixels", "max_pixels"}

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from engine.local_only import web_page_refusal
+from engine.records import RecordFormatError
 from viewer.report import build_report
 
 
@@ -55,7 +56,10 @@ def view(run_dir: Path, open_browser: bool, serve_http: bool, port: int) -> None
 
     Works on a run that is still going: it shows the episodes finished so far (run it again to refresh).
     """
-    index = build_report(run_dir)
+    try:
+        index = build_report(run_dir)
+    except RecordFormatError as exc:  # a manifest or a record line this code cannot read: say which, no traceback
+        raise click.ClickException(str(exc)) from None
     click.echo(str(index))
     if not serve_http:
         if open_browser:

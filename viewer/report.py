@@ -31,7 +31,7 @@ import numpy as np
 
 from engine._imgcodec import ImgCodecError, jpeg_size
 from engine.records import EpisodeRecord, RewardRecord
-from engine.store import read_records
+from engine.store import read_manifest, read_records
 
 CHUNK = 500  # index rows per data file: 20 files for a 10,000-episode run
 STATIC = Path(__file__).with_name("static")
@@ -184,9 +184,7 @@ def build_report(run_dir: str | Path) -> Path:
     """
     run_dir = Path(run_dir)
     t0 = time.monotonic()
-    manifest: dict[str, Any] = {}
-    if (run_dir / "manifest.json").exists():
-        manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = read_manifest(run_dir)
     config = manifest.get("config", {})
     worker = config.get("worker") or {}
     # Actions are in CSS px of the viewport; screenshots in device px. Both are needed for the scale.
