@@ -43,6 +43,7 @@ import uvloop
 from bench.ceiling import CLICK
 from bench.null_worker import PAGE_URL, null_workers
 from bench.proc_stats import thread_cpu
+from bench.suite import machine_facts
 from browserpool.pool import BrowserPool
 from browserpool.protocol import MAX_SLOTS
 from engine.agent.prompts import AgentConfig
@@ -261,7 +262,7 @@ def main() -> None:
         return
     rows = run_levels(args)
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "engine_scale", "machine": {"cores": os.cpu_count()},
+        args.json.write_text(json.dumps({"benchmark": "engine_scale", "machine": machine_facts(),
                                          "config": {k: v for k, v in vars(args).items()
                                                     if k not in ("json", "one", "profile_file")},
                                          "rows": rows}, indent=1, default=str) + "\n")
