@@ -354,6 +354,8 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except FileNotFoundError:
         return {}
+    except OSError as exc:  # a folder of that name, no permission
+        raise RecordFormatError(f"{path} cannot be read: {exc}") from None
     try:
         manifest = json_input.loads(raw)
     except ValueError as exc:  # also: nested too deep, a number too long

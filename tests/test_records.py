@@ -192,6 +192,9 @@ async def test_a_manifest_this_code_cannot_read_is_named_by_every_reader(real_ru
         store.close()
     assert read_manifest(run_dir)["config"] == {"policy": "scripted"}
     assert read_manifest(tmp_path) == {}  # none at all: nothing to read
+    (tmp_path / "manifest.json").mkdir()
+    with pytest.raises(RecordFormatError, match="manifest.json cannot be read: .*Is a directory"):
+        read_manifest(tmp_path)
 
 
 async def test_json_the_engine_writes_beyond_msgspec_reads(real_run: Path) -> None:
