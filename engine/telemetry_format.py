@@ -101,7 +101,7 @@ class TelemetryMessage(msgspec.Struct, omit_defaults=True, frozen=True):
     v: int
     kind: Literal["delta", "snapshot", "end"]
     seq: Count
-    t: float  # unix time
+    t: Figure  # unix time
     run: str  # the run directory's name
     cells: dict[str, Cell] = {}
     tasks: dict[str, str] = {}  # episode id: task id
