@@ -87,6 +87,10 @@ _TEXT_CAP = 300  # longest URL or message kept in a page event
 # Dialogs in one operation past which the page's running script is stopped: a loop of alert()s, each answered at
 # once, never lets the page render, so the screenshot would wait out its deadline and the context be discarded.
 DIALOG_STORM = 20
+# Windows a page may open in one step without the agent's asking (a pop-under or two a click) before the tab leaves
+# it for about:blank. A page that opened them without end kept its worker setting each one up, only to close it:
+# its own steps took 4-6x as long, and another episode's on the same worker 2-9x.
+POPUP_STORM = 10
 
 
 class EventLog:
@@ -205,6 +209,10 @@ class EpisodePage:
         self.context_id = ""
         self._acting = False  # inside perform(): a popup the action opened with a user gesture is adopted
         self._dialogs = 0  # dialogs since the current operation began (DIALOG_STORM)
+        self._unasked_popups = 0  # windows opened without the agent's asking since then (POPUP_STORM)
+        # Held while the tab leaves its page for about:blank, and by what must not run across that swap of documents
+        # (a screenshot: the capture could wait out its deadline; forgetting the history: "not attached").
+        self._leaving = asyncio.Lock()
         self._adopt: str | None = None
         self.url = "about:blank"
         self.title = ""
@@ -312,11 +320,15 @@ class EpisodePage:
             rule = f"scheme {low.split(':', 1)[0] or '?'}:"
         if rule is not None:
             self.events.add("refused", url, rule)
-            asyncio.ensure_future(self._leave_refused())
+            asyncio.ensure_future(self._leave())
 
-    async def _leave_refused(self) -> None:
-        with contextlib.suppress(PlaywrightError):
-            await self.cdp.send("Page.navigate", {"url": "about:blank"})
+    async def _leave(self) -> None:
+        """Leave the page for about:blank (a refused document, a storm of popups), and wait for the blank one."""
+        async with self._leaving:
+            with contextlib.suppress(PlaywrightError, TimeoutError, TabClosed):
+                res = await self.cdp.send("Page.navigate", {"url": "about:blank"})
+                async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+                    await self._wait_for_document(res.get("loaderId"))
 
     def _on_window_open(self, params: dict[str, Any]) -> None:
         url = str(params.get("url", ""))
@@ -328,7 +340,17 @@ class EpisodePage:
                 and url[:8].lower().startswith(("http://", "https://"))):
             self._adopt = url
         else:
-            self.events.add("popup", url, "closed")
+            self.popup_closed(url)
+
+    def popup_closed(self, url: str) -> None:
+        """A window opened without the agent's asking, closed by the worker: recorded. At POPUP_STORM of them in one
+        step the tab leaves the page (once a step: more may still be on their way as it does)."""
+        self.events.add("popup", url, "closed")
+        self._unasked_popups += 1
+        if self._unasked_popups == POPUP_STORM:
+            self.events.add("popup", url, f"{POPUP_STORM} windows opened in one step: the page was left for "
+                                          "about:blank")
+            asyncio.ensure_future(self._leave())
 
     def _on_download(self, params: dict[str, Any]) -> None:
         self.events.add("download", str(params.get("url", "")), f"refused: {params.get('suggestedFilename', '')}")
@@ -377,7 +399,7 @@ class EpisodePage:
         t0 = time.perf_counter()
         point = None
         self.note, self.load_error = None, None
-        self._acting, self._adopt, self._dialogs = True, None, 0
+        self._acting, self._adopt, self._dialogs, self._unasked_popups = True, None, 0, 0
         try:
             try:
                 async with asyncio.timeout(cap):
@@ -415,7 +437,7 @@ class EpisodePage:
         before a screenshot taken on request, after the page already settled from its last action. Returns
         (settle status, timings)."""
         t0 = time.perf_counter()
-        self._dialogs = 0
+        self._dialogs = self._unasked_popups = 0
         status = await self._settle(time.monotonic() + self.cfg.settle_timeout_s, 0)
         return status, {"settle_ms": _ms(t0)}
 
@@ -438,7 +460,7 @@ class EpisodePage:
         params: dict[str, Any] = ({"format": "png", "optimizeForSpeed": True} if fmt == "png" else
                                   {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True})
         try:
-            async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+            async with self._leaving, asyncio.timeout(self.cfg.screenshot_timeout_s):
                 res = await self.cdp.send("Page.captureScreenshot", params)
         except TimeoutError as exc:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
@@ -539,7 +561,8 @@ class EpisodePage:
 
     async def forget_history(self) -> None:
         """Drop the back/forward list, so go_back never reaches a previous episode's pages."""
-        await self.cdp.send("Page.resetNavigationHistory")
+        async with self._leaving:
+            await self.cdp.send("Page.resetNavigationHistory")
 
     async def terminate_scripts(self) -> None:
         """Stop JavaScript that is running away (answered on the IO thread, even when the page is busy)."""

@@ -518,6 +518,8 @@ class BrowserWorker:
         ep_page = slot.page
         if ep_page is not None and ep_page.announced_popups > 0:
             ep_page.announced_popups -= 1
+        elif ep_page is not None:
+            ep_page.popup_closed(page.url)
         else:
             slot.events.add("popup", page.url, "closed")
         slot.popups += 1  # the context is not reused after this episode
