@@ -149,7 +149,7 @@ async def test_popups_without_a_user_gesture_are_closed_not_adopted(
 async def test_a_storm_of_popups_is_left_for_a_blank_page(
         inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
     """Before, a page that opened windows without end kept its worker setting up and closing ~15 of them a second:
-    its steps took 4-6x as long, another episode's on the same worker 2-9x, and its browser grew by 1.5 GB."""
+    its steps took 4-6x as long, another episode's on the same worker 2-9x, and its processes grew to 1.2-2.1 GB."""
     worker, pool = inproc
     to = f"http://other.test:{other.port}/fixtures/popup_target.html"
     async with open_session(pool, fixture_url(f"popup_storm.html?to={quote(to, safe='')}")) as (s1, obs, _f):
