@@ -260,9 +260,10 @@ def main() -> None:
                                args.profile_file, args.run_root))
         print(json.dumps(row, default=str))
         return
+    machine = machine_facts()  # as it was at the start, not after the levels' load
     rows = run_levels(args)
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "engine_scale", "machine": machine_facts(),
+        args.json.write_text(json.dumps({"benchmark": "engine_scale", "machine": machine,
                                          "config": {k: v for k, v in vars(args).items()
                                                     if k not in ("json", "one", "profile_file")},
                                          "rows": rows}, indent=1, default=str) + "\n")

@@ -571,7 +571,8 @@ class BrowserWorker:
         except (TimeoutError, PlaywrightError):
             await self._drop_context(slot)
             return
-        if not reusable or slot.popups or len(slot.context.pages) > 1 or slot.uses >= self.cfg.context_reuse:
+        # slot.popups again: one reported while the tab was reset (its writes, too, may land late).
+        if not reusable or slot.popups or slot.uses >= self.cfg.context_reuse:
             await self._drop_context(slot)
         else:
             self.idle.append(slot)

@@ -165,7 +165,7 @@ class RunStore:
         secret-named keys."""
         path = self.dir / "manifest.json"
         started = time.time()
-        with contextlib.suppress(OSError, ValueError):  # unreadable: the run starts its record of time afresh
+        with contextlib.suppress(RecordFormatError):  # unreadable: the run starts its record of time afresh
             started = read_manifest(self.dir).get("started_at", started)
         manifest = {"format_version": FORMAT_VERSION, "code_version": code_version(),
                     "started_at": started, "updated_at": time.time(),

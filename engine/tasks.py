@@ -256,7 +256,7 @@ def _rubric(line: _Line, raw: Any) -> tuple[RubricGroup, ...]:
             raise line.fail(f"{where}.facts", "expected a non-empty list of strings")
         for j, fact in enumerate(facts):
             line.within(f"{where}.facts[{j}]", fact, RUBRIC_TEXT_CHARS)
-        line.within(f"{where}.description", str(g.get("description", "")), RUBRIC_TEXT_CHARS)
+        desc = line.within(f"{where}.description", str(g.get("description", "")), RUBRIC_TEXT_CHARS)
         checks = g.get("checks") or []
         if checks:
             if not isinstance(checks, list) or len(checks) != len(facts):
@@ -268,8 +268,7 @@ def _rubric(line: _Line, raw: Any) -> tuple[RubricGroup, ...]:
                     raise line.fail(f"{where}.checks[{j}]", "a js check needs 'expr'")
                 if c["kind"] != "js" and not any(k in c for k in ("contains", "equals", "regex")):
                     raise line.fail(f"{where}.checks[{j}]", "needs 'contains', 'equals' or 'regex'")
-        groups.append(RubricGroup(str(g.get("id", i + 1)), str(g.get("description", "")),
-                                  tuple(facts), tuple(checks)))
+        groups.append(RubricGroup(str(g.get("id", i + 1)), desc, tuple(facts), tuple(checks)))
     if sum(len(g.facts) for g in groups) > MAX_FACTS:
         raise line.fail("evaluator_reference", f"more than {MAX_FACTS:,} facts")
     return tuple(groups)
@@ -331,12 +330,13 @@ def _build(rec: Any, path: Path, where: str, base_url: str | None,
     max_steps = take(max_steps_field, None)
     solution = take(lambda: _solution(line, line.rec.get("reference_solution")), ())
     answer = line.rec.get("definite_answer")
-    take(lambda: line.within("definite_answer", str(answer).strip(), TEXT_CHARS["definite_answer"]), None)
+    definite_answer = None if answer in (None, "") else take(
+        lambda: line.within("definite_answer", str(answer).strip(), TEXT_CHARS["definite_answer"]), None)
     if errors:
         return None, task_id, errors
     return Task(
         task_id=task_id, task_name=task_name, website=website, benchmark_name=benchmark, domain=domain,
-        subdomain=subdomain, definite_answer=str(answer).strip() if answer not in (None, "") else None,
+        subdomain=subdomain, definite_answer=definite_answer,
         difficulty=difficulty, attempt_level=attempt_level, evaluator_reference=groups, max_steps=max_steps,
         reference_solution=solution, extra={k: v for k, v in line.rec.items() if k not in KNOWN_FIELDS},
         step_caps=caps,

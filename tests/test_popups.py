@@ -148,8 +148,8 @@ async def test_popups_without_a_user_gesture_are_closed_not_adopted(
 
 async def test_a_storm_of_popups_is_left_for_a_blank_page(
         inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
-    """Before, a page that opened windows without end kept its worker setting up and closing ~15 of them a second:
-    its steps took 4-6x as long, another episode's on the same worker 2-9x, and its processes grew to 1.2-2.1 GB."""
+    """Before, a page that opened windows without end kept its worker setting up and closing 13-20 of them a second:
+    its steps took 4-6x as long, another episode's on the same worker 2-9x, and its processes grew to 1.1-2.1 GB."""
     worker, pool = inproc
     to = f"http://other.test:{other.port}/fixtures/popup_target.html"
     async with open_session(pool, fixture_url(f"popup_storm.html?to={quote(to, safe='')}")) as (s1, obs, _f):
@@ -164,9 +164,14 @@ async def test_a_storm_of_popups_is_left_for_a_blank_page(
                                              "about:blank"], events
         obs = await act(s1, BrowserAction("wait", seconds=0.5))
         assert obs.url == "about:blank"
-        opened = slot.popups
-        obs = await act(s1, BrowserAction("wait", seconds=0.5))
-        assert slot.popups == opened and not obs.events  # the storm is over: nothing opens any more
+        # The storm is over: nothing opens any more. Windows opened before the page was left may still be reported
+        # (Playwright sets each one up first, slower on a loaded machine); then a whole step brings none.
+        quiet, deadline = False, time.monotonic() + 10
+        while not quiet and time.monotonic() < deadline:
+            opened = slot.popups
+            obs = await act(s1, BrowserAction("wait", seconds=0.5))
+            quiet = slot.popups == opened and not obs.events
+        assert quiet and obs.url == "about:blank", (slot.popups, obs.events)
         # The page is usable again: the agent can go on elsewhere.
         obs = await act(s1, BrowserAction("navigate", url=fixture_url("click.html")))
         assert obs.title == "click" and obs.settle == "quiet"
@@ -177,17 +182,21 @@ async def test_a_popup_not_reported_yet_is_seen_in_the_browser(
         inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Playwright reports a popup only once it has set it up, after the popup's first requests: an episode that
-    ends in between would leave it to the next one. The browser's own list of targets already holds it."""
+    ends in between would leave it to the next one. The browser's own list of targets already holds it, and the
+    worker asks it before a context is reused."""
     worker, pool = inproc
+    async with open_session(pool, fixture_url("click.html")) as (s0, _o, _f):
+        assert not await worker.episodes[s0.episode_id].page.context_has_other_pages()
     reported: list[Any] = []
     monkeypatch.setattr(worker, "_on_page", lambda _slot, page: reported.append(page))  # the worker never hears
     to = f"http://other.test:{other.port}/fixtures/popup_target.html"
     async with open_session(pool, fixture_url(f"popup_onload.html?to={quote(to, safe='')}")) as (s1, _o, _f):
-        page = worker.episodes[s1.episode_id].page
+        slot = slot_of(worker, s1)
+        ctx = slot.context
         assert await until(lambda: len(reported) == 1)
-        assert await page.context_has_other_pages()
-        await reported[0].close()
-        assert not await page.context_has_other_pages()
+        assert await slot.page.context_has_other_pages() and slot.popups == 0
+        slot.page.announced_popups = 0  # as for a popup a cross-site frame opened: its tab heard of no window
+    await assert_dropped(worker, pool, ctx, f"http://other.test:{other.port}/fixtures/storage.html")
 
 
 async def test_storage_of_a_cross_site_iframe_is_cleared(
