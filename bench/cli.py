@@ -1,6 +1,6 @@
 """``webgym-engine bench SUITE... [--quick] [--out DIR] [--repeats N] [--publish DOCS]``.
 
-Suites: ceiling, async, scaling, overhead, codec, policy, or ``all`` (see ``bench/suites/`` for what
+Suites: ceiling, async, async_live, scaling, overhead, codec, policy, or ``all`` (see ``bench/suites/`` for what
 each measures and how). Writes a results directory (default ``bench-results/<UTC timestamp>/``) with one
 JSON file per suite, the plots and ``summary.md``, and prints the summary table. ``--publish docs`` also
 stores the run's results in ``docs/benchmarks/`` and renders ``docs/benchmarks.md`` and the README's figure blocks
@@ -74,7 +74,7 @@ def run_benchmarks(suites: list[str], scale: str, out: Path, repeats: int | None
                    "figure blocks from them (e.g. docs).")
 def bench(suites: tuple[str, ...], quick: bool, tiny: bool, out: Path | None, repeats: int | None,
           publish_to: Path | None) -> None:
-    """Run benchmark SUITES (ceiling, async, scaling, overhead, codec, policy, or all) and write a results
+    """Run benchmark SUITES (ceiling, async, async_live, scaling, overhead, codec, policy, or all) and write a results
     directory: one JSON file per suite, PNG plots, summary.md."""
     scale = "tiny" if tiny else "quick" if quick else "full"
     assert scale in SCALES

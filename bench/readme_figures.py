@@ -148,29 +148,29 @@ def browser_memory(store: Store) -> str:
     return _goal_levels(store, "scaling", "Browser PSS per rollout", what, r"\w+\.c\d+\.pss_per_rollout_mib", "")
 
 
+WHOLE_BATCHES = ("whole batches of 4 x C episodes of the bundled tasks, Set-of-Marks, the simulated model calibrated "
+                 "to a Qwen-VL 7B on one H100")
+
+
 def async_sync(store: Store) -> str:
-    """Asynchronous against lock-step: the suite's ``summary`` rows, else its ratios per level."""
-    what = ("whole batches of 4 x C episodes of the bundled tasks, Set-of-Marks, the simulated model calibrated to a "
-            "Qwen-VL 7B on one H100")
-    if skipped := _skipped(store, "async", "Asynchronous / lock-step", what):
+    """Asynchronous against lock-step on the bundled sites: the ``async`` suite's ``summary`` rows."""
+    return _whole_batches(store, "async", "Asynchronous / lock-step", WHOLE_BATCHES)
+
+
+def async_live(store: Store) -> str:
+    """Asynchronous against lock-step with live-web page loads: the ``async_live`` suite's ``summary`` rows."""
+    return _whole_batches(store, "async_live", "Asynchronous / lock-step, live-web page loads",
+                          WHOLE_BATCHES + "; documents arrive after a URL-keyed delay, 3 s at the median (an "
+                          "assumption standing in for the internet, `bench/page_latency.py`)")
+
+
+def _whole_batches(store: Store, suite: str, title: str, what: str) -> str:
+    if skipped := _skipped(store, suite, title, what):
         return skipped
-    data = need(store, "async")
-    if summary_of(data):  # the suite's own headline rows, when it writes them
-        return f"- **Asynchronous / lock-step** ({what}): {summary_items(data)}."
-    levels = sorted(int(m["n"]) for m, _ in _matching(data, r"c(?P<n>\d+)\.ratio_steps"))
-    steps = []
-    for n in levels:
-        f = figure(data, f"c{n}.ratio_steps")
-        goal = f" (goal {f['goal']}: {'met' if f.get('met') else 'missed'})" if f.get("goal") else ""
-        steps.append(f"{value_text(f)} at {n} rollouts{goal}")
-    episodes = [f"{num_text(figure(data, f'c{n}.ratio_episodes')['median'])}x" for n in levels]
-    line = (f"- **Asynchronous / lock-step** ({what}): steps/s {_and(steps)}; episodes/min "
-            f"{slashed(episodes)} at {slashed([str(n) for n in levels])}.")
-    busy = [figure(data, f"c{n}.async.machine_cpu_busy")["median"] for n in levels]
-    if min(busy) >= 95:  # the suite's own reading: above this, the browsers bound both modes
-        line += (f" The asynchronous runs kept the CPUs at least {num_text(min(busy))}% busy at every level: "
-                 f"Chromium's CPU on {data['machine']['cores']} cores, not the model, bounds both modes.")
-    return line
+    data = need(store, suite)
+    if not summary_of(data):
+        raise FigureError(f"docs/benchmarks/{suite}.json has no `summary` list")
+    return f"- **{title}** ({what}): {summary_items(data)}."
 
 
 def engine_alone(store: Store) -> str:
@@ -266,8 +266,8 @@ def standalone_summaries(store: Store) -> list[str]:
 def at_a_glance(store: Store) -> list[str]:
     """The README's "At a glance" figures: the suites', the engine alone, then every standalone benchmark with
     ``summary`` rows."""
-    return [*(f(store) for f in (machine, ceiling, engine_cpu, browser_memory, async_sync, engine_alone, image_path,
-                                 model_batching)), *standalone_summaries(store)]
+    return [*(f(store) for f in (machine, ceiling, engine_cpu, browser_memory, async_sync, async_live, engine_alone,
+                                 image_path, model_batching)), *standalone_summaries(store)]
 
 
 # --- figures elsewhere in the README -------------------------------------------------------------------------
@@ -376,10 +376,10 @@ def suite_goals(store: Store) -> list[str]:
         ("suite", "figure", "value", "goal", "met"), rows))]
 
 
-def async_levels(store: Store) -> list[str]:
-    """The async suite's levels as one table: both modes' makespans, rates and CPU, the measured and predicted
-    ratios and their gap."""
-    data = need(store, "async")
+def async_levels(store: Store, suite: str = "async") -> list[str]:
+    """A suite of whole batches (``async``, ``async_live``) as one table of its levels: both modes' makespans, rates
+    and CPU, the measured and predicted ratios and their gap."""
+    data = need(store, suite)
     levels = sorted(int(m["n"]) for m, _ in _matching(data, r"c(?P<n>\d+)\.ratio"))
 
     def med(n: int, key: str, unit: str = "") -> str:
@@ -432,6 +432,7 @@ BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "at-a-glance": at_a_glance,
     "suite-goals": suite_goals,
     "async-levels": async_levels,
+    "async-live-levels": lambda store: async_levels(store, "async_live"),
     "env-api": env_api,
     "rl-loop": rl_loop,
     "request-rules": request_rules,

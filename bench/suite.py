@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITE_NAMES = ("ceiling", "async", "scaling", "overhead", "codec", "policy")  # implemented in bench/suites/
+# implemented in bench/suites/
+SUITE_NAMES = ("ceiling", "async", "async_live", "scaling", "overhead", "codec", "policy")
 SCALES = ("tiny", "quick", "full")
 LIBRARIES = ("numpy", "playwright", "pyzmq", "msgpack", "uvloop", "psutil", "torch", "transformers", "matplotlib")
 GOAL_OPS = {">=": lambda v, t: v >= t, "<=": lambda v, t: v <= t, ">": lambda v, t: v > t, "<": lambda v, t: v < t}

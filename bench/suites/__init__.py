@@ -20,12 +20,12 @@ from types import ModuleType
 from typing import Any
 
 from bench.suite import SCALES, SuiteResult
-from bench.suites import async_sync, ceiling, codec, overhead, policy, scaling
+from bench.suites import async_live, async_sync, ceiling, codec, overhead, policy, scaling
 from bench.suites.common import CORES
 
 SuiteFn = Callable[[SuiteResult, dict[str, Any], str, Path], Awaitable[None]]
-_MODULES: dict[str, ModuleType] = {"ceiling": ceiling, "async": async_sync, "scaling": scaling,
-                                   "overhead": overhead, "codec": codec, "policy": policy}
+_MODULES: dict[str, ModuleType] = {"ceiling": ceiling, "async": async_sync, "async_live": async_live,
+                                   "scaling": scaling, "overhead": overhead, "codec": codec, "policy": policy}
 SUITES: dict[str, SuiteFn] = {name: mod.measure for name, mod in _MODULES.items()}
 assert all(set(mod.CONFIG) == set(SCALES) for mod in _MODULES.values())
 
