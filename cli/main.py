@@ -82,6 +82,9 @@ def main() -> None:
               help="Browser worker processes (one Chromium each).")
 @click.option("--mode", type=click.Choice(["async", "sync"]), default="async", show_default=True,
               help="sync: the naive lock-step baseline, for benchmarks only.")
+@click.option("--order", type=click.Choice(["longest-first", "file"]), default="longest-first", show_default=True,
+              help="The order episodes start in: those allowed the most steps first (no long episode left to run "
+                   "alone at the end), or the task file's. --mode sync always takes the file's.")
 @click.option("--episodes", type=click.IntRange(1), default=None,
               help="Episodes to run (cycles over the tasks); default: each task once.")
 @click.option("--output", "output_dir", default="runs", show_default=True, help="Where run directories go.")
@@ -218,6 +221,7 @@ def run_cmd(**opts: Any) -> None:
     try:
         cfg = RunConfig(
             tasks=o.tasks_path, concurrency=o.concurrency, workers=o.workers, mode=o.mode,
+            order=o.order.replace("-", "_"),
             output_dir=o.output_dir, run_dir=o.resume_dir, episodes=o.episodes, split=o.split,
             step_caps=_step_caps(o.step_caps),
             retry_lost=o.retry_lost, seed=o.seed, listen=o.listen, spawn_workers=not o.no_spawn,

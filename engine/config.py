@@ -14,6 +14,8 @@ from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from engine.rollout import REWARD_MODES, RolloutSettings
 from engine.tasks import BUNDLED_TASKS, StepCaps
 
+ORDERS = ("longest_first", "file")
+
 
 @dataclass
 class RunConfig:
@@ -23,6 +25,10 @@ class RunConfig:
     concurrency: int = 32
     workers: int = max(1, os.cpu_count() or 1)
     mode: str = "async"
+    # The order `run` starts its episodes in: "longest_first" (the episodes allowed the most steps first, so that
+    # no long one is left to run alone at the end) or "file" (the task file's). The lock-step baseline
+    # (mode "sync") always takes the file's order, as the original's batches do.
+    order: str = "longest_first"
     output_dir: str = "runs"
     run_dir: str | None = None  # an existing run directory to resume, or None: a new one under output_dir
     episodes: int | None = None  # default: every task once; more cycles over the tasks
@@ -93,6 +99,8 @@ class RunConfig:
                 setattr(self, name, None)  # 0 or less: no cap
         if self.mode not in ("async", "sync"):
             raise ValueError(f"RunConfig.mode must be 'async' or 'sync', not {self.mode!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"RunConfig.order must be one of {ORDERS}, not {self.order!r}")
         if self.reward not in REWARD_MODES:
             raise ValueError(f"RunConfig.reward must be one of {REWARD_MODES}, not {self.reward!r}")
         if self.domain_limit < 0 or self.domain_rate < 0 or self.blocklist_ttl_s <= 0:

@@ -4,6 +4,9 @@ directory's unfinished ones), hand them to the core with one policy, wait for ev
 ``RunConfig.mode="async"``: every rollout advances on its own; no barrier between steps or episodes.
 ``RunConfig.mode="sync"``: the naive baseline, for benchmarks only: a batch of ``concurrency`` episodes
 advances in lock-step, every step waiting for the slowest episode of the batch.
+
+An asynchronous run starts the episodes allowed the most steps first (``RunConfig.order``), so that the last
+minutes of a run are not one long episode running alone.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from engine.policy_api import Policy
 from engine.rollout import EpisodeStatus
 from engine.stats import RunStats
 from engine.store import episode_key, finished_keys, read_records
-from engine.tasks import Task, load_tasks
+from engine.tasks import StepCaps, Task, load_tasks
 
 
 def plan_episodes(tasks: list[Task], episodes: int | None, done: set[str]) -> list[tuple[Task, int]]:
@@ -29,6 +32,23 @@ def plan_episodes(tasks: list[Task], episodes: int | None, done: set[str]) -> li
     n = episodes if episodes is not None else len(tasks)
     plan = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(n)]
     return [(t, s) for t, s in plan if episode_key(t.task_id, s) not in done]
+
+
+def longest_first(plan: list[tuple[Task, int]], split: str, caps: StepCaps | None) -> list[tuple[Task, int]]:
+    """``plan`` with the episodes allowed the most steps first; equal caps keep their order (a stable sort).
+
+    A run ends when its last episode does. A long episode started last runs on alone while the other rollouts have
+    nothing left to do; started first, it runs while the short ones fill in around it (longest-processing-time-first
+    scheduling, with the step cap as the length known before the run)."""
+    return sorted(plan, key=lambda p: -p[0].step_cap(split, caps))
+
+
+def run_order(plan: list[tuple[Task, int]], cfg: RunConfig) -> list[tuple[Task, int]]:
+    """The order in which ``run`` starts ``plan``: ``cfg.order``, except that the lock-step baseline keeps the task
+    file's order (its batches are the original's)."""
+    if cfg.mode == "async" and cfg.order == "longest_first":
+        return longest_first(plan, cfg.split, cfg.run_step_caps())
+    return plan
 
 
 def load_task_source(spec: str, base_url: str | None) -> list[Task]:
@@ -55,7 +75,7 @@ async def run(cfg: RunConfig, policy: Policy, base_url: str | None, *, judge: Ru
     resuming = Path(cfg.run_dir) if cfg.run_dir else None
     records = read_records(resuming) if resuming is not None and resuming.exists() else []
     done = finished_keys(resuming, records) if resuming is not None and resuming.exists() else set()
-    plan = plan_episodes(tasks, cfg.episodes, done)
+    plan = run_order(plan_episodes(tasks, cfg.episodes, done), cfg)
     try:
         run_dir = await core.start({"policy": policy.name, "policy_info": policy.describe(),
                                     "resumed_with": len(done), **(manifest or {})})

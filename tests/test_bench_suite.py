@@ -110,6 +110,18 @@ def test_async(results: tuple[Path, str]) -> None:
     assert any("predicted" in r["figure"] for r in rows)
 
 
+def test_async_live(results: tuple[Path, str]) -> None:
+    # At the tests' scale the suite runs on the plain bundled sites (tests/test_page_latency.py tests its server).
+    out, _ = results
+    data = load(out, "async_live")
+    assert data["config"]["pages"] == "local"
+    figs = data["figures"]
+    assert figs["c2.async.work_mismatches"]["median"] == figs["c2.sync.work_mismatches"]["median"] == 0
+    assert figs["c2.ratio"]["median"] > 0 and figs["c2.predicted_ratio"]["median"] > 0
+    assert set(data["plots"]) == {"async-live.png", "async-live-ratio.png", "async-live-cpu.png"}
+    assert any("predicted" in r["figure"] for r in data["summary"])
+
+
 def test_scaling(results: tuple[Path, str]) -> None:
     out, _ = results
     data = load(out, "scaling")

@@ -63,6 +63,23 @@ async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str) -> No
     assert sum(r["status"] == "success" for r in records) == n
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
+async def test_an_async_run_starts_the_longest_episodes_first_the_lock_step_baseline_the_files_order(
+        tmp_path: Path, sites: str, mode: str) -> None:
+    # One rollout at a time: the records come in the order the episodes started.
+    tasks = subset(tmp_path, per_site=1)
+    rows = [json.loads(line) for line in tasks.read_text().splitlines()]
+    for row, difficulty in zip(rows, (1, 8, 5, 9), strict=True):  # step caps 10, 30, 20, 30 (train)
+        row["difficulty"] = difficulty
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, run_dir = await run(config(tmp_path, tasks, concurrency=1, mode=mode), make_policy("scripted"), sites)
+    started = [r["task"]["task_id"] for r in read_records(run_dir)]
+    ids = [r["task_id"] for r in rows]
+    assert started == ([ids[1], ids[3], ids[2], ids[0]] if mode == "async" else ids)
+    _, run_dir = await run(config(tmp_path, tasks, concurrency=1, order="file"), make_policy("scripted"), sites)
+    assert [r["task"]["task_id"] for r in read_records(run_dir)] == ids
+
+
 async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_recorded(tmp_path: Path,
                                                                                        sites: str) -> None:
     # A long plan must not grow the engine: each rollout is made when a place frees up and let go with its record.

@@ -182,15 +182,17 @@ def predicted_work(policy: Any, records: list[dict[str, Any]], finished: list[di
                         finish_s=lambda e: rest_s.get(e, f))
 
 
-def episode_plan(tasks_file: Path, episodes: int, split: str, caps: list[int] | None) -> list[tuple[str, int]]:
-    """The episodes the engine runs (ids with step caps), in the order it takes them."""
-    from engine.runner import plan_episodes
+def episode_plan(tasks_file: Path, episodes: int, mode: str, caps: list[int] | None) -> list[tuple[str, int]]:
+    """The episodes the engine runs in ``mode`` (ids with step caps), in the order it starts them."""
+    from engine.config import RunConfig
+    from engine.runner import plan_episodes, run_order
     from engine.store import episode_key
-    from engine.tasks import StepCaps, load_tasks
+    from engine.tasks import load_tasks
 
-    step_caps = StepCaps(train=tuple(caps), test=tuple(caps)) if caps else None  # type: ignore[arg-type]
+    cfg = RunConfig(tasks=str(tasks_file), mode=mode, step_caps=tuple(caps) if caps else None)  # type: ignore[arg-type]
     tasks = load_tasks(str(tasks_file), "http://127.0.0.1")
-    return [(episode_key(t.task_id, s), t.step_cap(split, step_caps)) for t, s in plan_episodes(tasks, episodes, set())]
+    return [(episode_key(t.task_id, s), t.step_cap(cfg.split, cfg.run_step_caps()))
+            for t, s in run_order(plan_episodes(tasks, episodes, set()), cfg)]
 
 
 def work_mismatches(records: list[dict[str, Any]], work: list[EpisodeWork]) -> int:
@@ -225,9 +227,9 @@ async def measure_batches(res: SuiteResult, cfg: dict[str, Any], base: str, out:
                 for mode in (("async", "sync") if rep % 2 == 0 else ("sync", "async")):
                     got[mode] = await whole_batch_run(base, tasks_file, mode, n, episodes, cfg, seed=rep,
                                                       out_dir=Path(tmp) / f"{mode}-{n}-{rep}")
-                plan = episode_plan(tasks_file, episodes, "train", cfg.get("step_caps"))
                 policy = make_policy(rep, cfg.get("sim_speed", 1.0))
-                work = {m: predicted_work(policy, got[m]["records"], got["async"]["records"], plan) for m in got}
+                work = {m: predicted_work(policy, got[m]["records"], got["async"]["records"],
+                                          episode_plan(tasks_file, episodes, m, cfg.get("step_caps"))) for m in got}
                 pred = predict(work["sync"], work["async"], n, policy.model.latency)
                 _record(res, n, got, pred, work["async"], rep, headline)
     _plots(res, levels, out, headline)
