@@ -207,13 +207,15 @@ BROWSERS = {
 def mix_ratio(caps: Sequence[int], concurrency: int, lm: LatencyModel, browser: BrowserProfile, *,
               episodes_per_slot: int = 4, seed: int = 0) -> Prediction:
     """The prediction for ``episodes_per_slot * concurrency`` episodes whose step caps are drawn from ``caps``,
-    with the same browser times in both modes (no CPU contention)."""
+    with the same browser times in both modes (no CPU contention); each mode in its order (the lock-step batches in
+    the drawn order, the asynchronous engine the largest caps first, as ``run`` does)."""
     model = SimulatedModel(seed=seed, latency=lm, fixed_work=True)
     rng = random.Random(seed)
     plan = [(f"task{i}#0", rng.choice(caps)) for i in range(episodes_per_slot * concurrency)]
     work = planned_work(model, plan, 4, 512, lambda e, s: browser.step_s(f"{seed}:{e}/{s}"),
                         lambda e: browser.open_s(f"{seed}:{e}/open"), lambda _e: 0.05)
-    return predict(work, work, concurrency, lm)
+    longest_first = [w for _, w in sorted(zip(plan, work, strict=True), key=lambda pw: -pw[0][1])]
+    return predict(work, longest_first, concurrency, lm)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         notes = ["Computed, not measured: the latency model of Qwen2.5-VL-7B on one H100 "
                  "(LatencyModel.qwen_vl_7b_h100) prices 4 x C episodes of the simulated policy's fixed work "
                  "(it answers at 5% per step, unless the step cap comes first) in both modes, with the same browser "
-                 "times in both (no CPU contention, which favours neither side). The measured whole-batch ratio of "
-                 "the async suite is within 1% of this model at 8 rollouts (async.json).",
+                 "times in both (no CPU contention, which favours neither side); the lock-step batches take the "
+                 "drawn order, the asynchronous engine the largest step caps first, as `run` does. The async and "
+                 "async_live suites measure their whole-batch ratios beside this model's prediction for the same "
+                 "work (async.json, async_live.json).",
                  "Browser times: " + "; ".join(f"{k}: {v}" for k, v in BROWSERS.items()) + ". The live-web profile "
                  "is an assumption (half the steps load a page, 3 s at the median, log-normal shape 0.8), not a "
                  "measurement."]

@@ -401,6 +401,21 @@ def async_levels(store: Store, suite: str = "async") -> list[str]:
             "of the spread); code " + (data.get("machine", {}).get("git_revision") or "of an unknown revision") + "."]
 
 
+def async_prediction(store: Store) -> list[str]:
+    """What the latency model predicts over task mixes, browser times and concurrencies (``bench.async_prediction``),
+    one row per browser profile and mix, one column per concurrency."""
+    rows = need(store, "async_prediction").get("table") or []
+    if not rows:
+        raise FigureError("docs/benchmarks/async_prediction.json has no table")
+    levels = sorted({r["concurrency"] for r in rows})
+    cells: dict[tuple[str, str], dict[int, float]] = {}
+    for r in rows:
+        cells.setdefault((r["browser"], r["mix"]), {})[r["concurrency"]] = r["ratio"]
+    header = ("browser time per step", "task mix (step caps)", *(f"{n} rollouts" for n in levels))
+    return [keep(line) for line in table(header, [(b, m, *(f"{num_text(by[n])}x" if n in by else "" for n in levels))
+                                                  for (b, m), by in cells.items()])]
+
+
 def test_time(store: Store) -> list[str]:
     """How long ``make test`` took (``bench.test_time``): the install on a fresh clone, then each pytest phase."""
     data = need(store, "test_time")
@@ -433,6 +448,7 @@ BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "suite-goals": suite_goals,
     "async-levels": async_levels,
     "async-live-levels": lambda store: async_levels(store, "async_live"),
+    "async-prediction": async_prediction,
     "env-api": env_api,
     "rl-loop": rl_loop,
     "request-rules": request_rules,

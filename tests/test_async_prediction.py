@@ -14,6 +14,7 @@ from bench.async_prediction import (
     MIXES,
     EpisodeWork,
     StepWork,
+    async_makespan,
     lockstep_makespan,
     main,
     mix_ratio,
@@ -161,3 +162,27 @@ def test_slow_and_uneven_page_loads_widen_the_lockstep_loss_and_the_table_is_sto
     stored = json.loads((tmp_path / "async_prediction.json").read_text())
     assert len(stored["summary"]) == len(stored["table"]) == len(BROWSERS) * len(MIXES)
     assert all(r["ratio"] >= 1.0 for r in stored["table"]) and "not measured" in stored["notes"][0]
+
+
+def test_a_long_episode_started_last_runs_alone_started_first_the_short_ones_fill_in() -> None:
+    # Two runners: eight short episodes and one long one. Last in the order, the long one starts after the short
+    # ones and runs alone; first (the engine's longest-first order), the short ones run beside it.
+    short = [episode(f"s{i}", [100]) for i in range(8)]
+    long_ = episode("long", [100] * 8)
+    step = 0.1 + 1.0 + 0.5
+    assert async_makespan([*short, long_], 2, FLAT)[0] == pytest.approx(4 * (1 + step) + 1 + 8 * step)
+    # First: one runner takes the long one, the other six short ones, then each runner takes one more.
+    assert async_makespan([long_, *short], 2, FLAT)[0] == pytest.approx(7 * (1 + step))
+
+
+def test_the_async_suites_plan_is_the_engines_order(tmp_path: Path) -> None:
+    from bench.suites.async_sync import episode_plan
+    from bench.suites.common import write_task_mix
+
+    tasks = tmp_path / "tasks.jsonl"
+    write_task_mix(tasks, 0, seed=0)
+    lockstep = episode_plan(tasks, 64, "sync", None)
+    asynchronous = episode_plan(tasks, 64, "async", None)
+    assert sorted(lockstep) == sorted(asynchronous) and lockstep != asynchronous
+    assert asynchronous == sorted(lockstep, key=lambda e: -e[1])  # largest step caps first, ties in file order
+    assert len({cap for _, cap in lockstep}) > 1

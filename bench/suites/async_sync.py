@@ -7,6 +7,8 @@ Work: ``episodes_per_slot * C`` episodes of the bundled tasks (shuffled once, se
 step drawn once for it (geometric, 5% per step, as the stand-in answers; its task's step cap, 10/20/30 by
 difficulty, may end it first) and each reply's action and token count come from an RNG keyed by the request, so
 both modes do the same steps and decode the same tokens whatever the order (checked: episodes off the drawn work).
+Order: each mode starts the episodes as ``run`` does: the asynchronous engine those allowed the most steps first
+(``RunConfig.order``), the lock-step baseline in batches of the file's order, as the original's.
 Latency: :meth:`policy.simulated.LatencyModel.qwen_vl_7b_h100`, Qwen2.5-VL-7B on one H100 (decode 4.63 ms per
 token alone and 7.57 ms among 100 requests, NVIDIA's NIM Llama-3.1-8B table; 135 ms per 1280x768 screenshot and
 0.046 ms per text token of prefill, vLLM issue #41267; sources in its docstring).
@@ -20,8 +22,9 @@ step's browser time as measured in that mode's run, since the latency model shar
 priced by the latency model, with ``t(k) = token_ms (1 + k / knee)`` per token among ``k`` requests and ``p``
 the prefill. Lock-step: per batch, open + one round per step + finish, a round lasting ``max_j (p + sum_{i<=j}
 (n_i - n_{i-1}) t(m-i+1) + browser_j)`` over its ``m`` replies sorted by tokens ``n``. Asynchronous: list
-scheduling of the episodes' durations on ``C`` runners at the steady-state requests in flight ``m = C * model
-time / episode time`` (Little's law). The suite reports both ratios and the gap (measured / predicted - 1).
+scheduling of the episodes' durations, in the engine's order, on ``C`` runners at the steady-state requests in
+flight ``m = C * model time / episode time`` (Little's law). The suite reports both ratios and the gap (measured /
+predicted - 1).
 
 Pages: the bundled sites as the engine serves them, a few tenths of a second a step. On such even, fast steps the
 latency model itself predicts 1.4-1.9x; the ``async_live`` suite (:mod:`bench.suites.async_live`) runs the same
