@@ -27,7 +27,7 @@ flight ``m = C * model time / episode time`` (Little's law). The suite reports b
 predicted - 1).
 
 Pages: the bundled sites as the engine serves them, a few tenths of a second a step. On such even, fast steps the
-latency model itself predicts 1.4-1.9x; the ``async_live`` suite (:mod:`bench.suites.async_live`) runs the same
+latency model itself predicts 1.4-2.4x; the ``async_live`` suite (:mod:`bench.suites.async_live`) runs the same
 batches with the page-load times of the live web and carries the 3.5x goal.
 
 Concurrency: 8 rollouts carry this suite's goal (at least 0.9 of the prediction): there the asynchronous run keeps
