@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                  "async_live suites measure their whole-batch ratios beside this model's prediction for the same "
                  "work (async.json, async_live.json).",
                  "Browser times: " + "; ".join(f"{k}: {v}" for k, v in BROWSERS.items()) + ". The live-web profile "
-                 "is an assumption (half the steps load a page, 3 s at the median, log-normal shape 0.8), not a "
+                 "is an assumption (half the steps load a page; bench/page_latency.py's delays, uncapped), not a "
                  "measurement."]
         write_result(args.out / "async_prediction.json", "async_prediction", vars(args) | {"out": None}, rows, [],
                      notes, table=table)

@@ -32,6 +32,12 @@ LOAD_SIGMA = 0.8
 LOAD_CAP_S = 8.0
 
 
+def describe() -> str:
+    """These pages' delays in words, for the results and pages that show figures measured on them."""
+    return (f"documents after a URL-keyed log-normal delay, {LOAD_MEDIAN_S:g} s at the median, shape {LOAD_SIGMA:g}, "
+            f"at most {LOAD_CAP_S:g} s; an assumption standing in for the internet, not a measurement")
+
+
 def page_load_s(path: str, query: str = "") -> float:
     """The seconds a document at ``path?query`` takes to arrive: log-normal, keyed by the URL, capped."""
     digest = hashlib.blake2b(f"{path}?{query}".encode(), digest_size=8).digest()
@@ -43,19 +49,20 @@ def page_load_s(path: str, query: str = "") -> float:
 class LiveLatencyHandler(SiteRequestHandler):
     """Files as the bundled-site server serves them; documents after their page-load time, never cached."""
 
-    _document = False  # whether the request being answered is a navigation's document
+    def _is_document(self) -> bool:
+        """Whether the request being answered is a navigation's document (the browser says so)."""
+        return self.headers.get("Sec-Fetch-Dest") == "document"
 
     def serve(self, url_path: str, query: str, send_body: bool) -> None:
-        self._document = self.headers.get("Sec-Fetch-Dest") == "document"
-        if self._document and self.server.stopping.wait(page_load_s(url_path, query)):
+        if self._is_document() and self.server.stopping.wait(page_load_s(url_path, query)):
             self.close_connection = True  # the server is stopping
             return
         super().serve(url_path, query, send_body)
 
     def send_bytes(self, status: HTTPStatus, body: bytes, content_type: str, send_body: bool = True, *,
                    no_store: bool = False, extra: dict[str, str] | None = None) -> None:
-        super().send_bytes(status, body, content_type, send_body,
-                           no_store=no_store or self._document, extra=extra)
+        super().send_bytes(status, body, content_type, send_body, no_store=no_store or self._is_document(),
+                           extra=extra)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench import page_latency
 from bench.render import (
     FigureError,
     Store,
@@ -160,8 +161,7 @@ def async_sync(store: Store) -> str:
 def async_live(store: Store) -> str:
     """Asynchronous against lock-step with live-web page loads: the ``async_live`` suite's ``summary`` rows."""
     return _whole_batches(store, "async_live", "Asynchronous / lock-step, live-web page loads",
-                          WHOLE_BATCHES + "; documents arrive after a URL-keyed delay, 3 s at the median (an "
-                          "assumption standing in for the internet, `bench/page_latency.py`)")
+                          f"{WHOLE_BATCHES}; `bench/page_latency.py`: {page_latency.describe()}")
 
 
 def _whole_batches(store: Store, suite: str, title: str, what: str) -> str:

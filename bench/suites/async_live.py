@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench import page_latency
 from bench.suite import SuiteResult
 from bench.suites.async_sync import Headline, measure_batches
 
@@ -47,5 +48,4 @@ async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -
         return
     with SiteServer(module="bench.page_latency") as server:
         await measure_batches(res, cfg, server.base_url, out, LIVE)
-    res.notes.append("Pages: bench/page_latency.py (documents after a URL-keyed log-normal delay, 3 s at the "
-                     "median, shape 0.8, at most 8 s; an assumption standing in for the live web, not a measurement).")
+    res.notes.append(f"Pages: bench/page_latency.py ({page_latency.describe()}).")

@@ -31,8 +31,8 @@ latency model itself predicts 1.4-2.4x; the ``async_live`` suite (:mod:`bench.su
 batches with the page-load times of the live web and carries the 3.5x goal.
 
 Concurrency: 8 rollouts carry this suite's goal (at least 0.9 of the prediction): there the asynchronous run keeps
-this 2-core machine's CPU about half busy, so its browsers are not the bound. 4 and 16 are measured to show the
-ratio's growth with concurrency and the CPU's.
+this 2-core machine's CPU about a third busy (34-37% in the stored run), so its browsers are not the bound. 4 and
+16 are measured to show the ratio's growth with concurrency and the CPU's.
 """
 
 from __future__ import annotations
