@@ -209,16 +209,16 @@ async def engine_run(base: str, n: int, workers: int, seconds: float, quality: i
             "browser_pss_mib": round(max(peak, pss_now) / 2**20, 1),
             "pss_per_rollout_mib": round(max(peak, pss_now) / 2**20 / n, 1),
             "setup_cpu_s": round(c0 - cpu0, 2), "ramp_s": round(ramp_s, 1), "stepping": len(stepping),
-            "errors": stats.outcomes["error"], "error_detail": errors}
+            "errors": stats.outcomes["error"] + stats.outcomes["blocked"], "error_detail": errors}
 
 
 def error_detail(run_dir: str) -> list[dict[str, Any]]:
-    """What ended each episode of the run that ended as an error (kind, message, steps made), from its records: a
-    benchmark that counts errors says what they were, since its run directory is removed afterwards (an episode
-    cut when the window closed writes no record)."""
+    """What ended each episode of the run that ended early, as an error or blocked (kind, message, steps made), from
+    its records: a benchmark that counts errors says what they were, since its run directory is removed afterwards
+    (an episode cut when the window closed writes no record)."""
     return [{"kind": r["error"]["kind"], "message": r["error"]["message"][:300], "steps": len(r["steps"]),
              "website": r["task"]["website"]}
-            for r in read_records(run_dir) if r["status"] == "error"]
+            for r in read_records(run_dir) if r["status"] in ("error", "blocked") and r.get("error")]
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

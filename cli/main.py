@@ -35,12 +35,13 @@ from engine.miniwob import is_miniwob_spec, miniwob_mount
 from engine.model_api import SamplingParams
 from engine.policy_api import Policy
 from engine.progress import show_progress, summary_table
+from engine.rewards import unrewardable
 from engine.rollout import REWARD_MODES
 from engine.runlock import RunDirBusy, lock_run_dir
 from engine.runner import load_task_source, run
 from engine.shutdown import Terminated, until_signal
 from engine.store import StoreFailed
-from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, TaskFileError
+from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, Task, TaskFileError
 from policy.registry import POLICY_NAMES, BackendConfig, make_judge, make_policy
 from train.cli import export as export_cmd
 from train.cli import train_loop as train_loop_cmd
@@ -211,7 +212,7 @@ def run_cmd(**opts: Any) -> None:
     # Validate the tasks before anything starts.
     miniwob = is_miniwob_spec(o.tasks_path)
     try:
-        load_task_source(o.tasks_path, "http://127.0.0.1")
+        tasks = load_task_source(o.tasks_path, "http://127.0.0.1")
     except (TaskFileError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     if o.resume_dir and not Path(o.resume_dir, "episodes.jsonl").exists():
@@ -269,6 +270,9 @@ def run_cmd(**opts: Any) -> None:
         judge = make_judge(judge_cfg) if judge_cfg.base_url and o.reward != "program" else None
     except (ValueError, ImportError) as exc:
         raise click.ClickException(str(exc)) from None
+    warning = unrewardable_warning(tasks, judge is not None, o.reward)
+    if warning:  # before anything starts, on a terminal or not
+        console.print(warning, style="bold yellow", soft_wrap=True, markup=False, highlight=False)
     # The bundled sites' server also serves MiniWoB++'s pages.
     if miniwob:
         sites: dict[str, Path] | None = miniwob_mount()
@@ -297,6 +301,23 @@ def run_cmd(**opts: Any) -> None:
         Path(o.summary_json).write_text(json.dumps(summary, indent=2))
     if summary["lost"]:
         sys.exit(2)
+
+
+def unrewardable_warning(tasks: list[Task], judge_configured: bool, reward: str) -> str | None:
+    """The warning line ``run`` prints when some tasks cannot be rewarded (:func:`engine.rewards.unrewardable`):
+    how many, why, and which flag fixes it; None when every task can be."""
+    found = unrewardable(tasks, judge_configured, reward)
+    if not found:
+        return None
+    head = f"warning: {len(found)} of {len(tasks)} tasks cannot be rewarded"
+    tail = "their episodes will be recorded as unrewarded (no reward value, never a failure)"
+    if judge_configured:
+        return (f"{head}: no programmatic checks, no page reward and nothing for the judge to check (no rubric "
+                f"facts, no reference answer); {tail}")
+    judge = "--judge-base-url URL --judge-model NAME"
+    fix = (f"run with --reward auto and {judge} (--reward program asks no judge)" if reward == "program"
+           else f"give a judge with {judge}, or judge the run later with `webgym-engine judge RUN_DIR`")
+    return f"{head}: no programmatic checks, no page reward and no judge configured; {tail}. To reward them, {fix}"
 
 
 def _proxy_list(urls: tuple[str, ...], path: str | None) -> list[str]:
@@ -358,13 +379,14 @@ main.add_command(train_loop_cmd)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--judge-base-url", required=True, help="The judge's OpenAI-compatible API root.")
 @click.option("--judge-model", required=True, help="The judge's served model name.")
-@click.option("--all", "judge_all", is_flag=True, help="Judge every episode again, not only the pending ones.")
+@click.option("--all", "judge_all", is_flag=True,
+              help="Judge every episode that reached its end again, not only the pending and unrewarded ones.")
 @click.option("--judge-concurrency", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Verdict cache (default: judge-cache beside the run directory).")
 def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: bool, judge_concurrency: int,
               cache_dir: str | None) -> None:
-    """(Re)judge the episodes of a finished run: those still pending, or all with --all."""
+    """(Re)judge the episodes of a finished run: those still pending or unrewarded, or all with --all."""
     if not (run_dir / "episodes.jsonl").exists():
         raise click.ClickException(f"{run_dir} is not a run directory (no episodes.jsonl)")
     cfg = JudgeConfig(base_url=judge_base_url, model=judge_model, concurrency=judge_concurrency,
@@ -384,7 +406,8 @@ def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: b
                                    f"judge them with: webgym-engine judge {run_dir} ...")
         sys.exit(1)
     Console(stderr=True).print(f"judged {counts['judged']} episodes of {run_dir}: {counts['success']} succeeded, "
-                               f"{counts['failure']} failed, {counts['pending']} still pending")
+                               f"{counts['failure']} failed, {counts['unrewarded']} unrewarded, "
+                               f"{counts['blocked']} blocked, {counts['pending']} still pending")
     if counts["pending"]:
         sys.exit(1)
 

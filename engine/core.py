@@ -247,8 +247,7 @@ class EngineCore:
     def _on_verdict(self, judgement: dict[str, Any], record: dict[str, Any]) -> None:
         self.stats.record_verdict(judgement)
         merged = merge_judgement(record, judgement)
-        reward = judgement.get("reward") or {}
-        if reward.get("reason") == "blocked":  # the judge saw the site block the agent
+        if merged["status"] == "blocked":  # the judge saw the site block the agent
             self._block(str((record.get("task") or {}).get("website") or ""), "the judge's verdict: blocked", "judge")
         hook = self._verdict_hooks.pop(record["episode_id"], None)
         if hook is not None:

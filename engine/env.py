@@ -16,8 +16,9 @@ browsers, each env holding one browser context at a time::
 Actions are the agent protocol's action dict (``{"name": "left_click", "x": 10, "y": 20}``, CSS pixels) or
 the model's raw reply text, read by the same parser and coordinate frames as ``run`` (an unusable reply is a
 recorded ``wait``, its parse error in ``info["parse_error"]``). An episode that ends with an error (its browser
-worker died, it ran past its time cap) raises :class:`EpisodeError` from ``step`` or ``reset``; it has its
-error record, and the next ``reset`` starts afresh. A run directory that cannot be written (a full disk) raises
+worker died, it ran past its time cap) or that its site blocked (a block page, a site on the blocklist: status
+``blocked``) raises :class:`EpisodeError` from ``step`` or ``reset``; it has its record, and the next ``reset``
+starts afresh. A run directory that cannot be written (a full disk) raises
 :class:`engine.store.StoreFailed` from ``step`` and ``reset``: nothing more can be recorded.
 """
 
@@ -43,7 +44,8 @@ Observation = dict[str, Any]
 
 
 class EpisodeError(RuntimeError):
-    """The episode ended with an error record (``kind``: worker_lost, episode_timeout, browser_*...)."""
+    """The episode ended before its end with an error record (``kind``: worker_lost, episode_timeout,
+    browser_*...) or a ``blocked`` one (``kind``: blocked, blocked_domain)."""
 
     def __init__(self, record: dict[str, Any]) -> None:
         error = record.get("error") or {}
@@ -229,7 +231,7 @@ class AsyncWebEnv:
             if request is not None:
                 return request
         self.record = job.result()
-        if self.record["status"] == "error":
+        if self.record["status"] in ("error", "blocked"):  # no observation to end on: the site or the engine stopped it
             raise EpisodeError(self.record)
         return None
 

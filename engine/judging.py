@@ -3,8 +3,9 @@
 A rollout whose reward comes from the judge writes its record with status ``judge_pending`` and hands it
 here; it never waits. :class:`JudgeQueue` judges up to ``max_episodes`` episodes at a time (the judge
 itself caps its calls in flight), reads the screenshots back from the run directory, and appends each
-verdict to ``judgements.jsonl``. A judge failure leaves the episode pending with the error;
-``webgym-engine judge RUN_DIR`` judges it again later.
+verdict to ``judgements.jsonl``. A judge failure (the endpoint down, or no verdict line even after the
+reminder) leaves the episode pending with the error; ``webgym-engine judge RUN_DIR`` judges it again later,
+and also the episodes of a run that had no judge (``unrewarded``).
 """
 
 from __future__ import annotations
@@ -99,12 +100,23 @@ def submit_records(queue: JudgeQueue, run_dir: str | Path, records: list[Episode
         queue.submit(parse_task(record["task"], Path(run_dir) / "episodes.jsonl", f"record {i + 1}"), record)
 
 
+def _to_judge(record: EpisodeRecord, everything: bool) -> bool:
+    """Whether :func:`rejudge` judges ``record``: pending or unrewarded (nothing scored it: the run had no judge);
+    with ``everything``, every episode that reached its end (also those the judge found blocked; not those a
+    block page or the blocklist stopped)."""
+    status = record["status"]
+    if status in ("judge_pending", "unrewarded"):
+        return True
+    ended = status in ("success", "failure") or (record.get("error") or {}).get("kind") == "judge_blocked"
+    return everything and ended
+
+
 async def rejudge(run_dir: str | Path, judge: RubricJudge, everything: bool = False) -> dict[str, int]:
-    """Judge the pending episodes of a run (every episode that reached its end, with ``everything``);
-    verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome; raises
+    """Judge the pending and unrewarded episodes of a run (every episode that reached its end, with
+    ``everything``); verdicts are appended to the run's ``judgements.jsonl``. Returns counts by outcome
+    (``judged``, then by status: success, failure, unrewarded, blocked, and ``pending``); raises
     :class:`~engine.store.StoreFailed` when a verdict could not be stored (those not stored stay pending)."""
-    todo = [r for r in read_records(run_dir)
-            if r["status"] == "judge_pending" or (everything and r["status"] in ("success", "failure"))]
+    todo = [r for r in read_records(run_dir) if _to_judge(r, everything)]
     store = RunStore(run_dir)
     await judge.start()
     try:
@@ -117,5 +129,6 @@ async def rejudge(run_dir: str | Path, judge: RubricJudge, everything: bool = Fa
         store.close()
     ids = {r["episode_id"] for r in todo}
     outcomes = [r["status"] for r in read_records(run_dir) if r["episode_id"] in ids]
-    return {"judged": len(todo), "success": outcomes.count("success"), "failure": outcomes.count("failure"),
+    return {"judged": len(todo), **{status: outcomes.count(status) for status in ("success", "failure", "unrewarded",
+                                                                                "blocked")},
             "pending": outcomes.count("judge_pending")}

@@ -14,10 +14,18 @@ from engine.stats import RunStats
 
 
 def status_line(stats: RunStats) -> str:
+    """One line of progress (when the run is not on a terminal)."""
     s = stats
     live = " ".join(f"{k}={v}" for k, v in sorted(s.states.items()) if v and k in "WR")
     return (f"[{s.elapsed_s:7.1f}s] episodes {s.done}/{s.total}  steps {s.steps} ({s.steps_per_s:.1f}/s)  "
-            f"success {s.success_rate:.0%}  errors {s.outcomes['error']}  {live}")
+            f"success {s.success_rate:.0%}  {_unscored(s)}errors {s.outcomes['error']}  {live}")
+
+
+def _unscored(stats: RunStats) -> str:
+    """The counts of episodes nothing scored (unrewarded, blocked, judge pending), those that are not 0."""
+    counts = (("unrewarded", stats.outcomes["unrewarded"]), ("blocked", stats.outcomes["blocked"]),
+              ("judge pending", stats.outcomes["judge_pending"]))
+    return "".join(f"{name} {n}  " for name, n in counts if n)
 
 
 async def show_progress(stats: RunStats, console: Console, interval_s: float = 10.0) -> None:
@@ -32,7 +40,7 @@ async def show_progress(stats: RunStats, console: Console, interval_s: float = 1
                 while True:
                     bar.update(task, completed=stats.done, total=stats.total,
                                info=f"{stats.steps_per_s:5.1f} steps/s  success {stats.success_rate:.0%}  "
-                                    f"errors {stats.outcomes['error']}")
+                                    f"{_unscored(stats)}errors {stats.outcomes['error']}")
                     await asyncio.sleep(0.25)
             finally:
                 bar.update(task, completed=stats.done)
@@ -43,13 +51,15 @@ async def show_progress(stats: RunStats, console: Console, interval_s: float = 1
 
 
 def summary_table(summary: dict[str, Any], title: str = "run summary") -> Table:
+    """The run summary as ``webgym-engine run`` prints it at the end (``summary``: :meth:`RunStats.summary`)."""
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
         ("episodes", summary["episodes"]), ("succeeded", summary["succeeded"]), ("failed", summary["failed"]),
-        ("errors", summary["errors"]), ("judge pending", summary["judge_pending"]), ("lost", summary["lost"]),
-        ("success rate", f"{summary['success_rate']:.1%}"),
+        ("unrewarded", summary["unrewarded"]), ("blocked", summary["blocked"]), ("errors", summary["errors"]),
+        ("judge pending", summary["judge_pending"]), ("lost", summary["lost"]),
+        ("success rate (of rewarded)", f"{summary['success_rate']:.1%}"),
         ("steps", summary["steps"]), ("steps/s", f"{summary['steps_per_s']:.2f}"),
         ("step latency p50", f"{summary['step_latency_p50_ms']:.0f} ms"),
         ("step latency p95", f"{summary['step_latency_p95_ms']:.0f} ms"),

@@ -7,10 +7,31 @@ one :class:`Judgement` per line (written by :mod:`engine.judging`). At run time 
 reader, train, the viewer and the judge name the same keys, and so that :func:`decode_record` can validate a
 line with msgspec before anything reads it.
 
-Every record carries ``format_version``; :data:`FORMAT_VERSION` is the one this code writes and reads. A
-record of another version is refused with a :class:`RecordFormatError` that says whether the run directory is
-newer or older than the code and what to do; so is a complete line that is not a record (not JSON, or a value
-of the wrong type: the message names the file, the line and the field).
+Every record carries ``format_version``; :data:`FORMAT_VERSION` is the one this code writes. Records of
+:data:`READABLE_VERSIONS` are read, an older one mapped to the current format as it is decoded
+(:func:`upgrade_record`); any other version is refused with a :class:`RecordFormatError` that says whether the
+run directory is newer or older than the code and what to do; so is a complete line that is not a record (not
+JSON, or a value of the wrong type: the message names the file, the line and the field).
+
+How an episode ended (``status``, :data:`RecordStatus`), and what says why:
+
+==================  ======================================================================================
+``success``         rewarded 1: ``reward`` says by what (``program``, ``page``, ``judge``)
+``failure``         rewarded 0: the task's checks, the page or the judge said no
+``unrewarded``      nothing could score it (no programmatic checks, no page reward, no judge, or a judge with
+                    nothing to check): ``reward`` is ``{"value": null, "source": "none", "reason": why}``
+``blocked``         the site refused the agent: ``error`` is ``{"kind", "message"}``, its kind one of
+                    :data:`BLOCKED_KINDS` (``blocked``: a block page; ``blocked_domain``: the site was on the
+                    blocklist, never loaded; ``judge_blocked``: the judge's blocked verdict, whose ``reward``
+                    keeps value null, ``blocked`` true and the judge's evidence); ``reward`` otherwise null
+``error``           stopped by an error: ``error`` is ``{"kind", "message"}`` (worker_lost, browser_timeout,
+                    policy, episode_timeout, straggler, internal, ...); ``reward`` null
+``judge_pending``   waiting for the judge's verdict (``judgements.jsonl`` settles it), or the judge failed
+                    (the reader merges in ``judge_error``)
+==================  ======================================================================================
+
+A ``blocked`` or ``unrewarded`` record never carries a reward value: nothing scored the agent, so nothing may
+train on it as a failure.
 
 Which keys must be present: the engine writes every key its classes list, except those marked *optional*
 (written only when there is something to say) and the reader's own (``judged_at``, ``judge_error``). The
@@ -30,13 +51,20 @@ import msgspec
 
 from engine import json_input
 
-#: The record format this code writes and reads (also in ``manifest.json``). Bump it when a key changes
-#: meaning or type, or a key readers need is added; keys only added as optional need no bump.
-FORMAT_VERSION = 1
+#: The record format this code writes (also in ``manifest.json``). Bump it when a key changes meaning or type,
+#: or a key readers need is added; keys only added as optional need no bump. 2: the statuses ``unrewarded`` and
+#: ``blocked`` (version 1 wrote ``failure`` with no reward value, ``failure`` with the judge's 0.0 for a blocked
+#: verdict, and ``error`` for block pages and blocklisted sites).
+FORMAT_VERSION = 2
+#: The record formats this code reads: version 1 is mapped to version 2 as it is read (:func:`upgrade_record`).
+READABLE_VERSIONS = (1, 2)
 
-#: How an episode ended: rewarded 1 (``success``) or not (``failure``), stopped by an error (``error``), or
-#: waiting for the judge's verdict (``judge_pending``; ``judgements.jsonl`` settles it).
-RecordStatus = Literal["success", "failure", "error", "judge_pending"]
+#: How an episode ended (the table in the module docstring).
+RecordStatus = Literal["success", "failure", "unrewarded", "blocked", "error", "judge_pending"]
+#: Every status, in the order summaries show them.
+STATUSES: tuple[RecordStatus, ...] = ("success", "failure", "unrewarded", "blocked", "error", "judge_pending")
+#: The error kinds of a ``blocked`` record: a block page, a site on the blocklist, the judge's verdict.
+BLOCKED_KINDS = ("blocked", "blocked_domain", "judge_blocked")
 
 
 # --- the parts -----------------------------------------------------------------------------------
@@ -93,9 +121,10 @@ class PageEvent(TypedDict):
 
 
 class RecordError(TypedDict):
-    """What ended an episode (``error``) or one of its earlier attempts (``previous_errors``): an error kind
-    (``worker_lost``, ``browser_timeout``, ``policy``, ``episode_timeout``, ``straggler``, ``blocked`` (a block page),
-    ``blocked_domain`` (a site on the blocklist), ``internal``...) and its message (capped, credentials masked)."""
+    """What ended an episode of status ``error`` or ``blocked`` (``error``), or one of its earlier attempts
+    (``previous_errors``): an error kind and its message (capped, credentials masked). Status ``error``:
+    ``worker_lost``, ``browser_timeout``, ``policy``, ``episode_timeout``, ``straggler``, ``internal``...;
+    status ``blocked``: one of :data:`BLOCKED_KINDS`."""
 
     kind: str
     message: str
@@ -134,9 +163,10 @@ class FactRecord(TypedDict):
 class RewardRecord(TypedDict, total=False):
     """An episode's reward (:meth:`engine.rewards.Reward.to_dict`)."""
 
-    value: Required[float | None]  # 1.0 or 0.0; None when no reward could be computed
+    value: Required[float | None]  # 1.0 or 0.0; None: unrewarded, or the judge's blocked verdict
     source: str  # program | page | judge | none
     reason: str
+    blocked: bool  # optional: the judge saw the site block the agent (value None; the record is ``blocked``)
     facts: list[FactRecord]
     evidence: dict[str, Any] | None  # what the judge decided on (its calls, kept screenshots...); JSON-able
 
@@ -199,7 +229,7 @@ class EpisodeRecord(TypedDict, total=False):
     status: Required[RecordStatus]
     reward: RewardRecord | None
     answer: str | None  # the ``answer`` action's text
-    error: RecordError | None  # what ended the episode (status ``error``)
+    error: RecordError | None  # what ended the episode (status ``error``) or blocked it (status ``blocked``)
     attempts: int
     previous_errors: list[RecordError]  # attempts lost with their worker, retried
     open_events: list[PageEvent]  # optional: what the start page did as it loaded
@@ -215,8 +245,8 @@ class EpisodeRecord(TypedDict, total=False):
 
 class Judgement(TypedDict, total=False):
     """One judge verdict: a line of ``judgements.jsonl`` (:meth:`engine.judging.JudgeQueue.judge_record`); the
-    latest per episode counts. ``reward`` None: the judge failed with ``error`` and the episode stays pending.
-    The engine writes every key."""
+    latest per episode counts. ``reward`` None: the judge failed with ``error`` and the episode stays pending;
+    otherwise :func:`reward_status` says what the verdict makes of the episode. The engine writes every key."""
 
     episode_id: Required[str]
     reward: RewardRecord | None
@@ -253,17 +283,74 @@ def _reason(exc: msgspec.ValidationError) -> str:
 
 
 def check_version(version: int | None, where: str = "a record") -> None:
-    """Refuse a record format other than :data:`FORMAT_VERSION` with a message that says what to do."""
-    if version is None or version == FORMAT_VERSION:
+    """Refuse a record format this code does not read (:data:`READABLE_VERSIONS`) with a message that says what
+    to do."""
+    if version is None or version in READABLE_VERSIONS:
         return
     if version > FORMAT_VERSION:
         raise RecordFormatError(
             f"{where} was written by a newer webgym-engine (record format {version}; this code reads "
-            f"{FORMAT_VERSION}): upgrade webgym-engine to read this run directory")
+            f"{_readable()}): upgrade webgym-engine to read this run directory")
     raise RecordFormatError(
         f"{where} was written by an older webgym-engine (record format {version}; this code reads "
-        f"{FORMAT_VERSION}): read this run directory with the webgym-engine release that wrote it (its "
+        f"{_readable()}): read this run directory with the webgym-engine release that wrote it (its "
         f"manifest.json's code_version names it), or run its tasks again into a new run directory")
+
+
+def _readable() -> str:
+    """The readable versions as messages name them: ``1 and 2``."""
+    *first, last = (str(v) for v in READABLE_VERSIONS)
+    return f"{', '.join(first)} and {last}" if first else last
+
+
+# --- statuses ------------------------------------------------------------------------------------
+
+def reward_status(reward: RewardRecord) -> RecordStatus:
+    """The status a reward gives its episode: ``success`` (value 1), ``failure`` (another value), ``blocked``
+    (the judge's blocked verdict: value None, ``blocked`` true) or ``unrewarded`` (value None: nothing scored
+    it)."""
+    value = reward.get("value")
+    if value is None:
+        return "blocked" if reward.get("blocked") else "unrewarded"
+    return "success" if value == 1.0 else "failure"
+
+
+def judge_blocked_error(reward: RewardRecord) -> RecordError:
+    """The ``error`` of a record the judge's blocked verdict ended: what the judge saw."""
+    return {"kind": "judge_blocked", "message": str(reward.get("reason") or "the judge's verdict: blocked")}
+
+
+def upgrade_reward(reward: RewardRecord) -> RewardRecord:
+    """A reward as this format writes it: version 1's blocked verdict (the judge's 0.0, reason ``blocked``)
+    becomes value None with ``blocked`` true. Any other reward is returned as it is (this format never writes a
+    judge's 0.0 of reason ``blocked``, so the mapping is certain whatever wrote it)."""
+    if reward.get("source") == "judge" and reward.get("reason") == "blocked" and reward.get("value") == 0.0 \
+            and "blocked" not in reward:
+        return {**reward, "value": None, "blocked": True, "reason": "the judge's verdict: blocked"}
+    return reward
+
+
+def upgrade_record(record: EpisodeRecord) -> EpisodeRecord:
+    """A record of format 1 mapped to this format, where the mapping is certain (in place; also returned):
+    ``failure`` with no reward value is ``unrewarded``; ``failure`` by the judge's blocked verdict and ``error``
+    of kind ``blocked`` or ``blocked_domain`` are ``blocked`` (the judge's reward value becomes None). Every
+    other status stays as it was."""
+    status, reward, error = record["status"], record.get("reward"), record.get("error")
+    if reward is not None:
+        reward = record["reward"] = upgrade_reward(reward)
+    if status == "failure":
+        if reward is None:
+            reward = record["reward"] = {"value": None, "source": "none", "reason": "no reward was recorded"}
+        elif reward.get("source") == "none":
+            reward = record["reward"] = {**reward, "value": None}
+        if reward.get("value") is None:
+            record["status"] = reward_status(reward)
+            if record["status"] == "blocked":
+                record["error"] = judge_blocked_error(reward)
+    elif status == "error" and error is not None and error.get("kind") in ("blocked", "blocked_domain"):
+        record["status"] = "blocked"
+    record["format_version"] = FORMAT_VERSION
+    return record
 
 
 def _parse(line: bytes, where: str) -> Any:
@@ -282,11 +369,13 @@ def _parse(line: bytes, where: str) -> Any:
 
 
 def decode_record(line: bytes, *, path: str | Path | None = None, line_no: int | None = None) -> EpisodeRecord:
-    """One line of ``episodes.jsonl`` as a validated record (a plain dict, exactly as written).
+    """One line of ``episodes.jsonl`` as a validated record (a plain dict, exactly as written; a record of an
+    older readable format mapped to this one by :func:`upgrade_record`).
 
     The line is parsed once; its format version is checked first (a record of another format may have another
     shape), then the whole record. Raises :class:`RecordFormatError` (naming ``path`` and ``line_no`` when
-    given) for another format, a line that is not JSON (``malformed``), or a record of the wrong shape.
+    given) for a format this code does not read, a line that is not JSON (``malformed``), or a record of the
+    wrong shape.
     """
     where = _where(path, line_no)
     obj = _parse(line, where)
@@ -296,14 +385,19 @@ def decode_record(line: bytes, *, path: str | Path | None = None, line_no: int |
                                 f"got `{type(version).__name__}`")
     check_version(version, where)
     _convert(obj, EpisodeRecord, where, "episode record")
+    if version is not None and version < FORMAT_VERSION:
+        upgrade_record(obj)
     return obj  # type: ignore[no-any-return]
 
 
 def decode_judgement(line: bytes, *, path: str | Path | None = None, line_no: int | None = None) -> Judgement:
-    """One line of ``judgements.jsonl`` as a validated verdict (a plain dict); errors as :func:`decode_record`."""
+    """One line of ``judgements.jsonl`` as a validated verdict (a plain dict; format 1's blocked verdict mapped by
+    :func:`upgrade_reward`: judgements carry no format version); errors as :func:`decode_record`."""
     where = _where(path, line_no)
     obj = _parse(line, where)
     _convert(obj, Judgement, where, "judgement")
+    if obj.get("reward") is not None:
+        obj["reward"] = upgrade_reward(obj["reward"])
     return obj  # type: ignore[no-any-return]
 
 

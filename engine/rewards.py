@@ -1,17 +1,18 @@
 """Programmatic rewards: each rubric fact checked against the final page, URL or answer.
 
 A reward is 1 only when every fact holds (as with the judge); the result keeps each fact's verdict so
-both reward sources give records of the same shape.
+both reward sources give records of the same shape. :func:`unrewardable` names the tasks that nothing can score.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.records import RecordStatus, reward_status
 from engine.tasks import Task
 
 
@@ -26,15 +27,56 @@ class FactVerdict:
 
 @dataclass(slots=True)
 class Reward:
+    """An episode's reward (:class:`engine.records.RewardRecord` once written). ``value`` None: nothing could
+    score the episode (``unrewarded``), or, with ``blocked``, the judge saw the site block the agent."""
+
     value: float | None  # None: no reward could be computed
     source: str  # program | page | judge | none
     reason: str
     facts: list[FactVerdict] = field(default_factory=list)
     # What the reward was decided on, for audits (the judge's calls, prompts, replies, kept images); JSON-able.
     evidence: dict[str, Any] | None = None
+    blocked: bool = False  # the judge's blocked verdict (value None)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The reward as records hold it (``blocked`` only when true)."""
+        out = asdict(self)
+        if not self.blocked:
+            del out["blocked"]
+        return out
+
+    @property
+    def status(self) -> RecordStatus:
+        """The status this reward gives its episode (:func:`engine.records.reward_status`)."""
+        return reward_status({"value": self.value, "blocked": self.blocked})
+
+
+def unrewardable(tasks: Iterable[Task], judge_configured: bool, reward: str = "auto") -> list[Task]:
+    """The tasks whose episodes nothing can score, so that they would end ``unrewarded``: those the judge would
+    not reward (:func:`judge_rewards`) that have no programmatic checks and no page reward, and those the judge
+    would reward that give it nothing to check (no rubric facts, no reference answer). A run (or a training loop)
+    says so before it starts. ``reward``: the run's reward mode (``auto``, ``program``, ``judge``)."""
+    return [t for t in tasks
+            if not (judgeable(t) if judge_rewards(t, judge_configured, reward) else has_own_reward(t))]
+
+
+def judge_rewards(task: Task, judge_configured: bool, reward: str = "auto") -> bool:
+    """Whether the judge gives ``task``'s reward: a judge is configured, and the reward mode is ``judge``, or
+    ``auto`` and the task has no reward of its own (``program`` never asks the judge)."""
+    if not judge_configured or reward == "program":
+        return False
+    return reward == "judge" or not has_own_reward(task)
+
+
+def has_own_reward(task: Task) -> bool:
+    """The task's own checks or its page give its reward (no judge needed)."""
+    return task.has_checks or task.extra.get("reward_source") == "page"
+
+
+def judgeable(task: Task) -> bool:
+    """A judge has something to check: rubric facts or a reference answer (:meth:`engine.judge.RubricJudge.judge`
+    gives no reward value otherwise)."""
+    return any(g.facts for g in task.evaluator_reference) or bool((task.definite_answer or "").strip())
 
 
 def _norm(s: str) -> str:

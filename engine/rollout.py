@@ -25,9 +25,9 @@ from engine.blocklist import block_reason, retry_after_s
 from engine.bounds import DEFAULT_LIMITS, PageLimits, bound_observation, cap_text
 from engine.load_outcome import load_outcome
 from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView, training_fields
-from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
+from engine.records import BLOCKED_KINDS, FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_text, mask_url
-from engine.rewards import FactVerdict, Reward, program_reward
+from engine.rewards import FactVerdict, Reward, judge_rewards, program_reward
 from engine.stats import RunStats
 from engine.store import RunStore, StoreFailed, episode_key
 from engine.tasks import StepCaps, Task
@@ -509,24 +509,21 @@ class Rollout:
             reward = await self._reward()
             self.ctx.stats.record_phase("judge", (time.monotonic() - t_reward) * 1000)
             self.status.reward = reward.value
-            await self._write("success" if reward.value == 1.0 else "failure", reward=reward)
+            await self._write(reward.status, reward=reward)  # success, failure or unrewarded
         self._set(State.FINISHED)
         await self._release_browser()
 
     def _judged(self) -> bool:
         """Whether the judge gives this episode's reward (``--reward``; auto prefers the task's own checks)."""
-        mode = self.ctx.settings.reward
-        if mode == "program" or self.ctx.judge is None:
-            return False
-        own_checks = self.task.has_checks or self.task.extra.get("reward_source") == "page"
-        return mode == "judge" or not own_checks
+        return judge_rewards(self.task, self.ctx.judge is not None, self.ctx.settings.reward)
 
     async def cut(self, reason: str) -> None:
         """End an episode the engine stopped (a straggler) with an error record that says why."""
         await self.end_with_error("straggler", reason)
 
     async def end_with_error(self, kind: str, message: str) -> dict[str, Any]:
-        """End the episode now with an error record (if it has none yet); returns its record."""
+        """End the episode now with an error record (if it has none yet; a ``blocked`` record for a kind of
+        :data:`engine.records.BLOCKED_KINDS`); returns its record."""
         await self._fail(kind, message)
         assert self.record is not None
         return self.record
@@ -565,7 +562,9 @@ class Rollout:
         try:
             if self.record is None:
                 self.status.error = kind
-                await self._write("error", error={"kind": kind, "message": self._error_text(message)})
+                # A site that refused the agent is no fault of the episode's and no failure of the agent's.
+                status: RecordStatus = "blocked" if kind in BLOCKED_KINDS else "error"
+                await self._write(status, error={"kind": kind, "message": self._error_text(message)})
                 self._set(State.FAILED)
         finally:  # a store that failed writes no record, and the browser still goes back
             await self._release_browser()

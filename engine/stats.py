@@ -1,4 +1,9 @@
-"""Run statistics: episode outcomes, step latencies, throughput, peak browser memory."""
+"""Run statistics: episode outcomes, step latencies, throughput, peak browser memory.
+
+Outcomes are counted by record status (:data:`engine.records.STATUSES`), each apart: ``succeeded``, ``failed``,
+``unrewarded`` (nothing could score the episode), ``blocked`` (the site refused the agent), ``errors`` and
+``judge_pending`` in the summary. The success rate is of the rewarded episodes (succeeded + failed): an episode
+nothing scored, a blocked site or an error is no failure of the agent's."""
 
 from __future__ import annotations
 
@@ -6,13 +11,19 @@ import asyncio
 import time
 from array import array
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-SUMMARY_KEYS = ("episodes", "succeeded", "failed", "errors", "judge_pending", "lost", "steps", "steps_per_s",
-                "step_latency_p50_ms", "step_latency_p95_ms", "peak_browser_pss_mib")
+from engine.records import reward_status
+
+SUMMARY_KEYS = ("episodes", "succeeded", "failed", "unrewarded", "blocked", "errors", "judge_pending", "lost", "steps",
+                "steps_per_s", "step_latency_p50_ms", "step_latency_p95_ms", "peak_browser_pss_mib")
+# Summary key -> the record status it counts.
+OUTCOME_KEYS = (("succeeded", "success"), ("failed", "failure"), ("unrewarded", "unrewarded"),
+                ("blocked", "blocked"), ("errors", "error"), ("judge_pending", "judge_pending"))
 PHASE_WINDOW = 2000  # latency samples kept per phase
 # Step timing keys (from the worker and the rollout) -> phase names of the live displays.
 _STEP_PHASES = (("action_ms", "action"), ("settle_ms", "settle"), ("screenshot_ms", "screenshot"),
@@ -26,7 +37,7 @@ class RunStats:
     total: int = 0  # episodes that entered the run
     started_at: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
-    outcomes: Counter[str] = field(default_factory=Counter)  # success | failure | error | judge_pending
+    outcomes: Counter[str] = field(default_factory=Counter)  # by record status (engine.records.STATUSES)
     steps: int = 0
     # Every step's latency, 8 bytes each (a list of floats would take 32): the run's percentiles, and the
     # benchmarks' windows (slices).
@@ -72,17 +83,19 @@ class RunStats:
     _episode_done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def record_episode(self, status: str) -> None:
+        """An episode has its record, of ``status`` (a record status)."""
         self.outcomes[status] += 1
         self._episode_done.set()
 
     def record_verdict(self, judgement: dict[str, Any]) -> None:
-        """A judge verdict arrived for a pending episode (an error leaves it pending)."""
+        """A judge verdict arrived for a pending episode: it moves to the verdict's status (success, failure,
+        unrewarded or blocked); an error leaves it pending."""
         reward = judgement.get("reward")
         if isinstance(ms := judgement.get("judge_ms"), int | float):  # the judge's latency, when it says
             self.record_phase("judge", ms)
         if reward is not None:
             self.outcomes["judge_pending"] -= 1
-            self.outcomes["success" if reward["value"] == 1.0 else "failure"] += 1
+            self.outcomes[reward_status(reward)] += 1
 
     async def wait_for_episode(self) -> None:
         """Return once another episode has its record."""
@@ -108,17 +121,15 @@ class RunStats:
 
     @property
     def success_rate(self) -> float:
-        return self.outcomes["success"] / self.done if self.done else 0.0
+        """Of the rewarded episodes (:func:`success_rate`)."""
+        return success_rate(self.outcomes)
 
     def summary(self) -> dict[str, Any]:
         """The figures of the summary table, with the keys of ``--summary-json``."""
         lat = np.asarray(self.step_latencies_ms) if self.step_latencies_ms else np.zeros(1)
         return {
             "episodes": self.done,
-            "succeeded": self.outcomes["success"],
-            "failed": self.outcomes["failure"],
-            "errors": self.outcomes["error"],
-            "judge_pending": self.outcomes["judge_pending"],
+            **outcome_counts(self.outcomes),
             "lost": self.total - self.done,
             "steps": self.steps,
             "steps_per_s": round(self.steps_per_s, 2),
@@ -129,3 +140,15 @@ class RunStats:
             "elapsed_s": round(self.elapsed_s, 2),
             "worker_restarts": self.worker_restarts,
         }
+
+
+def outcome_counts(outcomes: Mapping[str, int]) -> dict[str, int]:
+    """The summary's outcome figures (``succeeded`` ... ``judge_pending``) from counts by record status."""
+    return {key: outcomes.get(status, 0) for key, status in OUTCOME_KEYS}
+
+
+def success_rate(outcomes: Mapping[str, int]) -> float:
+    """Successes among the rewarded episodes (success + failure) of counts by record status; 0 when none was
+    rewarded. Unrewarded, blocked, errored and pending episodes are not in it: nothing scored the agent there."""
+    rewarded = outcomes.get("success", 0) + outcomes.get("failure", 0)
+    return outcomes.get("success", 0) / rewarded if rewarded else 0.0

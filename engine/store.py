@@ -22,7 +22,8 @@ record are the ones ``--resume`` runs again.
 
 An episode rewarded by the judge is recorded with status ``judge_pending`` as soon as it ends, so the
 rollout never waits for the judge; its verdict lands in ``judgements.jsonl`` later, and
-:func:`read_records` returns the records with their latest verdicts merged in.
+:func:`read_records` returns the records with their latest verdicts merged in (:func:`merge_judgement`).
+Records of an older readable format come back mapped to the current one (:func:`engine.records.upgrade_record`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from engine.records import (
     check_version,
     decode_judgement,
     decode_record,
+    judge_blocked_error,
+    reward_status,
 )
 from engine.redact import mask_text, redact_tree
 from engine.runlock import lock_run_dir
@@ -333,12 +336,16 @@ def read_judgements(run_dir: str | Path) -> dict[str, Judgement]:
 
 
 def merge_judgement(record: EpisodeRecord, judgement: Judgement) -> EpisodeRecord:
-    """The record as the verdict leaves it: rewarded (success/failure), or still pending with the judge's error."""
+    """The record as the verdict leaves it: its status the verdict's (:func:`~engine.records.reward_status`:
+    success, failure, unrewarded, or blocked with the judge's ``judge_blocked`` error), or still pending with the
+    judge's error."""
     merged: EpisodeRecord = {**record, "judged_at": judgement.get("judged_at")}
     reward = judgement.get("reward")
     if reward is not None:
         merged["reward"] = reward
-        merged["status"] = "success" if reward["value"] == 1.0 else "failure"
+        merged["status"] = reward_status(reward)
+        if merged["status"] == "blocked":  # what blocked it, where every blocked record says so
+            merged["error"] = judge_blocked_error(reward)
         merged.pop("judge_error", None)
     else:
         merged["judge_error"] = judgement.get("error")

@@ -34,6 +34,7 @@ import zmq
 
 from browserpool.auth import CurveGuard, KeyFileError, ServerKeys
 from browserpool.protocol import HANDSHAKE_TIMEOUT_MS
+from engine.records import STATUSES
 from engine.rollout import EpisodeStatus, Op, State
 from engine.stats import RunStats
 from engine.telemetry_format import (
@@ -43,6 +44,7 @@ from engine.telemetry_format import (
     Cell,
     Details,
     EndpointInfo,
+    Outcomes,
     Queues,
     TelemetryMessage,
     WorkerRow,
@@ -66,6 +68,11 @@ _NOT_STARTED: Cell = (State.NOT_STARTED.value, Op.NONE.value, 0, None)
 
 def _cell_of(st: EpisodeStatus) -> Cell:
     return (st.state.value, st.op.value, st.step, st.reward)
+
+
+def _outcomes(stats: RunStats) -> Outcomes:
+    """The run's finished episodes by record status, each apart (never below 0: a monitor refuses that)."""
+    return Outcomes(**{status: max(0, stats.outcomes[status]) for status in STATUSES})
 
 
 def ipc_endpoint(run_dir: str | Path) -> str:
@@ -323,7 +330,7 @@ class TelemetryPublisher:
         pss_total, peak_pss = (self.pool.browser_pss, self.pool.peak_browser_pss) if self.pool is not None else (0, 0)
         return Aggregate(
             states=dict(states), ops=dict(ops), total=total, done=done, steps=stats.steps,
-            outcomes=dict(stats.outcomes), success_rate=round(stats.success_rate, 4),
+            outcomes=_outcomes(stats), success_rate=round(stats.success_rate, 4),
             steps_per_s=round(steps_per_s, 2), episodes_per_min=round(eps_per_s * 60, 2),
             spark=list(self._spark), phases=self._phases(now, stats),
             queues=queues, workers=workers, pss_total=pss_total,

@@ -55,6 +55,18 @@ class Queues(msgspec.Struct, frozen=True):
     judge_pending: Count = 0
 
 
+class Outcomes(msgspec.Struct, frozen=True):
+    """Finished episodes by record status (:data:`engine.records.STATUSES`), each counted apart. A map on the
+    wire, as before it was typed: a monitor of either kind reads an engine of the other."""
+
+    success: Count = 0
+    failure: Count = 0
+    unrewarded: Count = 0  # nothing could score it
+    blocked: Count = 0  # the site refused the agent
+    error: Count = 0
+    judge_pending: Count = 0  # waiting for the judge (or the judge failed)
+
+
 class Aggregate(msgspec.Struct, frozen=True):
     """The statistics pane's figures (a few times a second, and in every snapshot)."""
 
@@ -63,8 +75,8 @@ class Aggregate(msgspec.Struct, frozen=True):
     total: Count = 0
     done: Count = 0
     steps: Count = 0
-    outcomes: dict[str, Count] = {}  # success, failure, error
-    success_rate: Figure = 0.0
+    outcomes: Outcomes = Outcomes()
+    success_rate: Figure = 0.0  # of the rewarded episodes (success + failure)
     steps_per_s: Figure = 0.0  # over the last ~10 s
     episodes_per_min: Figure = 0.0
     spark: list[Figure] = []  # steps/s history

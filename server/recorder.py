@@ -86,7 +86,8 @@ class LeaseRecorder:
         if self.ended:
             return
         self.ended = True
-        status: RecordStatus = "error" if error is not None else "failure"
+        # A lease has no task to check (its client computes its own reward): nothing here scores it.
+        status: RecordStatus = "error" if error is not None else "unrewarded"
         if self.record:
             try:
                 self.core.store.append(self._record(status, error))

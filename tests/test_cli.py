@@ -44,6 +44,26 @@ def test_run_writes_summary_json_with_the_documented_keys(tmp_path: Path) -> Non
     assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == n
 
 
+def test_run_warns_at_start_of_tasks_nothing_can_reward_and_counts_them_unrewarded(tmp_path: Path) -> None:
+    # Before, such a run said nothing and reported its episodes as failures (0% success).
+    checked = json.loads(subset(tmp_path, per_site=1, max_len=4).read_text().splitlines()[0])
+    unchecked = {**checked, "task_id": "no-checks",
+                 "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names a product"]}]}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(checked) + "\n" + json.dumps(unchecked) + "\n")
+    summary = tmp_path / "summary.json"
+    res = cli("run", "--tasks", str(tasks), "--workers", "1", "--concurrency", "2", "--output",
+              str(tmp_path / "runs"), "--summary-json", str(summary), cwd=tmp_path)  # stderr is not a terminal
+    assert res.returncode == 0, res.stderr[-2000:]
+    [warning] = [line for line in res.stderr.splitlines() if line.startswith("warning:")]  # one line, unwrapped
+    assert "1 of 2 tasks cannot be rewarded" in warning and "no judge configured" in warning
+    assert "--judge-base-url" in warning and "unrewarded" in warning
+    assert res.stderr.index(warning) < res.stderr.index("run directory:")  # said before the run starts
+    data = json.loads(summary.read_text())
+    assert (data["succeeded"], data["failed"], data["unrewarded"], data["success_rate"]) == (1, 0, 1, 1.0)
+    assert "unrewarded" in res.stderr.split("run summary")[1]  # the table has the row
+
+
 def test_resume_needs_a_run_directory(tmp_path: Path) -> None:
     res = cli("run", "--resume", str(tmp_path), cwd=tmp_path)
     assert res.returncode != 0 and "not a run directory" in res.stderr

@@ -15,6 +15,7 @@ from engine._imgcodec import jpeg_size
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.plan_feed import PlanFeeder
+from engine.records import FORMAT_VERSION
 from engine.rollout import EpisodeStatus, Rollout
 from engine.runner import run
 from engine.store import read_records
@@ -39,7 +40,7 @@ async def test_scripted_run_solves_tasks_and_records_everything(tmp_path: Path, 
     assert len(records) == n and stats.summary()["lost"] == 0
     assert {r["status"] for r in records} == {"success"}, [r["reward"] for r in records if r["status"] != "success"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["format_version"] == 1 and manifest["config"]["policy"] == "scripted"
+    assert manifest["format_version"] == FORMAT_VERSION and manifest["config"]["policy"] == "scripted"
     for r in records:
         assert r["reward"]["value"] == 1.0 and all(f["passed"] for f in r["reward"]["facts"])
         assert r["steps"] and r["steps"][-1]["action"]["name"] == "answer"

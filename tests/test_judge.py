@@ -63,7 +63,8 @@ class ScriptedJudgeTestModel(LanguageModel):
 
     ``log`` holds ``(step, detail)`` in arrival order: the screenshot index for a keypoint call, the fact
     text for a fact call, the screenshot indices otherwise; ``frames[step]`` the screenshot indices of each
-    call. ``garble[step] = n`` makes the next ``n`` replies of that step verdict-less.
+    call. ``garble[step] = n`` makes the next ``n`` replies of that step verdict-less (``garble_text``);
+    ``requests`` holds every request's messages.
     """
 
     name = "scripted-judge-test"
@@ -75,6 +76,8 @@ class ScriptedJudgeTestModel(LanguageModel):
         self.fact_ok: dict[str, bool] = {}
         self.reference_ok = True
         self.garble: dict[str, int] = {}
+        self.garble_text = "I cannot tell without more context."
+        self.requests: list[list[dict[str, Any]]] = []
         self.log: list[tuple[str, Any]] = []
         self.frames: dict[str, list[tuple[int, ...]]] = {}  # step -> the screenshots of each of its calls
 
@@ -84,6 +87,7 @@ class ScriptedJudgeTestModel(LanguageModel):
         frames = [frame_index(request.images[p["image"]]) for p in request.messages[0]["content"]
                   if p.get("type") == "image"]
         reminder = len(request.messages) > 1
+        self.requests.append(request.messages)
         if step == "keypoint":
             detail: Any = frames[0]
             verdict = frames[0] in self.relevant
@@ -98,11 +102,12 @@ class ScriptedJudgeTestModel(LanguageModel):
         self.frames.setdefault(step, []).append(tuple(frames))
         if self.garble.get(step, 0) > 0:
             self.garble[step] -= 1
-            return Generation(text="I cannot tell without more context.")
+            return Generation(text=self.garble_text)
         word = "YES" if verdict else "NO"
         # Several verdict spellings, as real models write them.
         text = {"fact": f"Checked {detail!r}.\n**Verdict:** {word.lower()}",
-                "reference": f"Compared with the reference. {word}."}.get(step, f"Looked at it.\nVERDICT: {word}")
+                "reference": f"Compared with the reference.\n\nverdict - {word}."}.get(
+                    step, f"Looked at it.\nVERDICT: {word}")
         return Generation(text=text, finish_reason="stop")
 
     def steps(self) -> list[str]:
@@ -139,12 +144,20 @@ def fact_steps(model: ScriptedJudgeTestModel) -> list[Any]:
 @pytest.mark.parametrize(("text", "want"), [
     ("Looks fine.\nVERDICT: YES", True), ("VERDICT: no", False), ("**Verdict:** yes", True),
     ("The page shows no captcha.\n\n**VERDICT: NO**", False), ("verdict - Yes.", True),
-    ("No doubt it is there. Yes", True), ("VERDICT: YES, although no price shown", True),
-    ("<think>verdict: no</think>Final: `YES`", True), ("I am not sure.", None), ("", None),
-    ("VERDICT: maybe", None), ("yesterday nobody came", None),
+    ("VERDICT: YES, although no price shown", True), ("<think>verdict: no</think>\nVERDICT: `YES`", True),
+    ("I am not sure.", None), ("", None), ("VERDICT: maybe", None), ("yesterday nobody came", None),
 ])
 def test_parse_verdict(text: str, want: bool | None) -> None:
     assert parse_verdict(text) is want
+
+
+@pytest.mark.parametrize("text", [
+    "The screenshots show the price, no issues, supported", "No doubt it is there. Yes",
+    "<think>verdict: no</think>Final: `YES`", "Yes, the page loaded, but no", "no",
+])
+def test_a_reply_without_its_verdict_line_has_no_verdict(text: str) -> None:
+    # Before, the last standalone yes/no word was taken for the verdict: "... no issues, supported" read as NO.
+    assert parse_verdict(text) is None
 
 
 def test_even_sample() -> None:
@@ -287,7 +300,10 @@ async def test_blocked(stand: tuple[ScriptedJudgeTestModel, ChatTestServer]) -> 
     model.blocked = True
     async with started_judge(server, blocking_samples=3) as judge:
         reward = await judge.judge(TASK, ANSWER, shots(7))
-    assert reward.value == 0.0 and reward.reason == "blocked" and reward.facts == []
+    # No reward value at all: the site, not the agent, ended the episode (before, 0.0: a failure to train on).
+    assert reward.value is None and reward.blocked and reward.status == "blocked" and reward.facts == []
+    assert reward.source == "judge" and reward.reason == "blocked: Looked at it."
+    assert reward.to_dict()["blocked"] is True and "blocked" not in Reward(1.0, "judge", "ok").to_dict()
     assert model.steps()[-1] == "blocking" and model.log[-1] == ("blocking", (0, 3, 6))
     assert reward.evidence is not None
     assert reward.evidence["blocking"]["sampled"] == [shot(0)[0], shot(3)[0], shot(6)[0]]
@@ -380,6 +396,49 @@ async def test_unparseable_verdict(stand: tuple[ScriptedJudgeTestModel, ChatTest
         with pytest.raises(JudgeError, match="no verdict"):
             await judge.judge(TASK, "Something else", shots(2))
         assert model.steps()[-2:] == ["fact", "fact (reminder)"] and "reference" not in model.steps()
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """A chat message's text, whether its content is a string or parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+
+
+async def test_a_reply_without_its_verdict_line_is_asked_again_with_the_reminder(
+        stand: tuple[ScriptedJudgeTestModel, ChatTestServer], tmp_path: Path) -> None:
+    # Before, "... no issues, supported" was read as NO: the answer check failed at once, no reminder was sent.
+    model, server = stand
+    model.garble, model.garble_text = {"hallucination": 1}, "I compared the screenshots: no issues, supported."
+    async with started_judge(server, tmp_path / "cache") as judge:
+        reward = await judge.judge(TASK, ANSWER, shots(2))
+    assert reward.value == 1.0, reward.reason  # the second answer counts
+    asked = [m for m in model.requests if text_of(m[0]).startswith("## Answer check")]
+    assert [len(m) for m in asked] == [1, 3]  # asked, then asked again once
+    first, retry = asked
+    assert retry[0] == first[0] and retry[1]["role"] == "assistant" and text_of(retry[1]) == model.garble_text
+    assert retry[2]["role"] == "user" and "a final line that is exactly `VERDICT: YES` or `VERDICT: NO`" in \
+        text_of(retry[2])
+    assert reward.evidence is not None
+    call = reward.evidence["calls"][reward.evidence["hallucination"]["call"]]
+    assert call["unparsed_reply"] == model.garble_text and call["verdict"] is True
+
+
+async def test_two_replies_without_a_verdict_line_give_no_verdict_and_cache_none(
+        stand: tuple[ScriptedJudgeTestModel, ChatTestServer], tmp_path: Path) -> None:
+    # Before, the reply's last "no" was taken for a NO verdict, cached, and the episode rewarded 0.
+    model, server = stand
+    model.garble, model.garble_text = {"hallucination": 2}, "No issues here, supported."
+    async with started_judge(server, tmp_path / "cache") as judge:
+        with pytest.raises(JudgeError, match="no verdict in the judge's reply, even after a reminder"):
+            await judge.judge(TASK, ANSWER, shots(2))
+        assert model.steps()[-2:] == ["hallucination", "hallucination (reminder)"]
+        # Kept: the keypoint and blocking verdicts; the answer check's misses are no verdict to keep.
+        assert len(list((tmp_path / "cache").rglob("*.json"))) == 2
+        reward = await judge.judge(TASK, ANSWER, shots(2))  # the model answers now: asked again, and it counts
+    assert reward.value == 1.0 and reward.evidence is not None and reward.evidence["counts"]["cache_hits"] == 2
+    assert model.steps()[-6:-4] == ["hallucination (reminder)", "hallucination"]
 
 
 # -- concurrency -----------------------------------------------------------------------------------------

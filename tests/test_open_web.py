@@ -26,10 +26,14 @@ from engine.blocklist import Blocklist, block_reason, retry_after_s
 from engine.config import RunConfig
 from engine.core import EngineCore
 from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
+from engine.judge import JudgeConfig
+from engine.model_api import ChatRequest, Generation, LanguageModel
 from engine.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.runner import run
 from engine.store import read_records
 from engine.tasks import load_tasks
+from policy.registry import make_judge
+from tests.chat_test_server import ChatTestServer
 from tests.conftest import SmallDisk
 from tests.openweb import OpenWeb, UpstreamTestProxy
 
@@ -98,12 +102,17 @@ async def test_block_pages_put_their_site_on_the_blocklist_and_its_tasks_are_ski
     tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url(h, f"/p{i}")) for i, h in enumerate(plan)])
     hits_before = openweb.hits.copy()
     # One episode per site at a time: the first one on a site meets its block page before the next one starts.
-    _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1), AnswerPolicy(), None)
+    stats, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1), AnswerPolicy(), None)
     records = read_records(run_dir)
     assert len(records) == len(plan)
     outcome: dict[str, Counter[str]] = defaultdict(Counter)
     for r in records:
         outcome[domain_of(r["task"]["website"])][(r["error"] or {}).get("kind", r["status"])] += 1
+        if r["error"] is not None and r["error"]["kind"] in ("blocked", "blocked_domain"):
+            # Blocked, not an error (before: status error) and no reward: the site refused the agent.
+            assert r["status"] == "blocked" and r["reward"] is None, r
+    summary = stats.summary()
+    assert (summary["blocked"], summary["errors"], summary["unrewarded"]) == (7, 0, 2)  # shop.test: no checks
     assert outcome["blocked.test"] == {"blocked": 1, "blocked_domain": 2}
     assert outcome["limited.test"] == {"blocked": 1, "blocked_domain": 1}
     assert outcome["challenge.test"] == {"blocked": 1, "blocked_domain": 1}
@@ -127,6 +136,34 @@ async def test_block_pages_put_their_site_on_the_blocklist_and_its_tasks_are_ski
     cleared = cli.invoke(tasks_cli, ["blocklist", str(run_dir), "--clear", "blocked.test"])
     assert cleared.exit_code == 0 and "removed 1 entry" in cleared.output
     assert {e.domain for e in Blocklist(run_dir / "blocklist.json").entries()} == {"limited.test", "challenge.test"}
+
+
+class BlockingJudgeTestModel(LanguageModel):
+    """A test stand-in for a judge model that sees a block page in every episode."""
+
+    name = "blocking-judge-test"
+
+    async def generate(self, request: ChatRequest) -> Generation:
+        return Generation("A login wall the agent cannot pass.\nVERDICT: YES", finish_reason="stop")
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_judges_blocked_verdict_ends_blocked_and_puts_the_site_on_the_blocklist(
+        tmp_path: Path, openweb: OpenWeb) -> None:
+    judged = {**task(0, openweb.url("news.test", "/p0")),
+              "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names the headline"]}]}
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [judged])
+    async with ChatTestServer(BlockingJudgeTestModel(), served_model_name="judge") as server:
+        judge = make_judge(JudgeConfig(base_url=server.base_url, model="judge", backoff_s=0.01))
+        cfg = config(tmp_path, tasks, openweb, concurrency=1)
+        cfg.reward = "auto"  # the task has no checks: the judge rewards it
+        stats, run_dir = await run(cfg, AnswerPolicy(), None, judge=judge)
+    [record] = read_records(run_dir)
+    # Before, a reward of 0.0 and status failure: a trainer trained on it.
+    assert record["status"] == "blocked" and record["reward"]["value"] is None and record["reward"]["blocked"]
+    assert record["error"]["kind"] == "judge_blocked" and stats.summary()["blocked"] == 1
+    [entry] = Blocklist(run_dir / "blocklist.json").entries()
+    assert (entry.domain, entry.source) == ("news.test", "judge")
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from engine.judging import JudgeQueue
 from engine.records import (
     FORMAT_VERSION,
+    READABLE_VERSIONS,
     EpisodeRecord,
     Judgement,
     RecordFormatError,
@@ -28,6 +29,7 @@ from engine.store import RunStore, read_manifest, read_records
 from engine.tasks import parse_task
 from train.cli import export
 from viewer.cli import view
+from viewer.report import summarize
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -113,7 +115,7 @@ async def test_newer_record_format_says_upgrade(real_run: Path, tmp_path: Path) 
         read_records(run_dir)
     message = str(exc.value)
     assert f"{run_dir / 'episodes.jsonl'} line 2 was written by a newer webgym-engine" in message
-    assert f"record format {FORMAT_VERSION + 1}; this code reads {FORMAT_VERSION}" in message
+    assert f"record format {FORMAT_VERSION + 1}; this code reads 1 and {FORMAT_VERSION}" in message
     assert "upgrade webgym-engine" in message
 
 
@@ -143,6 +145,52 @@ async def test_wrong_type_on_a_complete_line_names_line_and_field(real_run: Path
         bad = json.dumps({**json.loads(lines[0]), **change}).encode()
         with pytest.raises(RecordFormatError, match=rf"^run/x.jsonl line 7 is not a valid episode record: \{field}"):
             decode_record(bad, path="run/x.jsonl", line_no=7)
+
+
+async def test_records_of_format_1_read_with_their_statuses_mapped(real_run: Path, tmp_path: Path) -> None:
+    """Format 1 wrote ``failure`` for an episode nothing scored (no reward value) or the judge found blocked (its
+    0.0), and ``error`` for a block page or a blocklisted site: they read as ``unrewarded`` and ``blocked``, with
+    no reward value. Every other status reads as it was written."""
+    assert READABLE_VERSIONS == (1, FORMAT_VERSION) and FORMAT_VERSION == 2
+    written = json.loads(lines_of(real_run)[0])
+    judge_blocked = {"value": 0.0, "source": "judge", "reason": "blocked", "facts": [], "evidence": {"blocking": {}}}
+    rows: list[tuple[str, dict[str, Any] | None, dict[str, str] | None, str]] = [
+        ("failure", {"value": None, "source": "none", "reason": "no programmatic checks"}, None, "unrewarded"),
+        ("failure", {"value": None, "source": "none", "reason": "a browser lease: its client rewards it"}, None,
+         "unrewarded"),
+        ("failure", judge_blocked, None, "blocked"),
+        ("error", None, {"kind": "blocked", "message": "HTTP 403 (http://blocked.test/)"}, "blocked"),
+        ("error", None, {"kind": "blocked_domain", "message": "blocked.test is on the blocklist"}, "blocked"),
+        ("error", None, {"kind": "worker_lost", "message": "the worker died"}, "error"),
+        ("failure", {"value": 0.0, "source": "program", "reason": "1 of 1 facts failed"}, None, "failure"),
+        ("success", written["reward"], None, "success"),
+        ("judge_pending", None, None, "blocked"),  # its format-1 verdict below: the judge's blocked 0.0
+        ("judge_pending", None, None, "judge_pending"),
+    ]
+    old = [{**written, "format_version": 1, "episode_id": f"old#{n}", "sample": n, "status": status,
+            "reward": reward, "error": error} for n, (status, reward, error, _) in enumerate(rows)]
+    run_dir = copy_run(real_run, tmp_path / "run", [json.dumps(r).encode() for r in old])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
+    (run_dir / "judgements.jsonl").write_text(json.dumps(
+        {"episode_id": "old#8", "reward": judge_blocked, "error": None, "judged_at": 1.0, "judge_ms": 5.0}) + "\n")
+    assert read_manifest(run_dir)["format_version"] == 1  # a format-1 run directory still opens
+    records = read_records(run_dir)
+    assert [r["status"] for r in records] == [want for *_, want in rows]
+    assert all(r["format_version"] == FORMAT_VERSION for r in records)
+    for r in records:
+        if r["status"] in ("unrewarded", "blocked"):  # never a 0.0 to train on
+            assert (r["reward"] or {}).get("value") is None, r
+    assert records[0]["reward"] == rows[0][1] and records[1]["reward"] == rows[1][1]
+    for judged in (records[2], records[8]):  # what blocked it is said where every blocked record says it
+        assert judged["reward"]["blocked"] is True and judged["reward"]["evidence"] == {"blocking": {}}
+        assert judged["error"]["kind"] == "judge_blocked"
+    assert [r["error"]["kind"] for r in records[3:6]] == ["blocked", "blocked_domain", "worker_lost"]
+    assert records[6]["reward"]["value"] == 0.0 and records[7]["reward"]["value"] == 1.0
+    counts = summarize(records)
+    assert (counts["succeeded"], counts["failed"], counts["unrewarded"], counts["blocked"], counts["errors"],
+            counts["judge_pending"]) == (1, 1, 2, 4, 1, 1)
+    assert counts["success_rate"] == 0.5  # of the rewarded episodes
 
 
 @pytest.mark.parametrize("broken", ["cut", "nested-too-deep"])

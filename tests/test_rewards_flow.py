@@ -219,6 +219,86 @@ async def test_auto_reward_prefers_the_task_checks(tmp_path: Path, sites: str, j
     assert sources == {checked["task_id"]: "program", "no-checks": "judge"}
 
 
+def checked_and_unchecked(tmp_path: Path) -> tuple[dict, dict, Path]:
+    """A bundled task with its programmatic checks, the same task without them, and a task file of both."""
+    checked = json.loads(subset(tmp_path, per_site=1).read_text().splitlines()[0])
+    unchecked = {**checked, "task_id": "no-checks",
+                 "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names a product"]}]}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(checked) + "\n" + json.dumps(unchecked) + "\n")
+    return checked, unchecked, tasks
+
+
+async def test_a_task_without_checks_run_without_a_judge_ends_unrewarded(tmp_path: Path, sites: str) -> None:
+    # Before, its record was a failure (reward value None): a WebGym task file run without a judge read 0% success.
+    checked, _, tasks = checked_and_unchecked(tmp_path)
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    stats, run_dir = await run(cfg, make_policy("scripted"), sites)
+    records = {r["task"]["task_id"]: r for r in read_records(run_dir)}
+    assert records[checked["task_id"]]["status"] == "success"
+    unrewarded = records["no-checks"]
+    assert unrewarded["status"] == "unrewarded" and unrewarded["error"] is None
+    assert unrewarded["reward"]["value"] is None and unrewarded["reward"]["source"] == "none"
+    summary = stats.summary()
+    assert (summary["succeeded"], summary["failed"], summary["unrewarded"], summary["blocked"], summary["errors"],
+            summary["judge_pending"]) == (1, 0, 1, 0, 0, 0)
+    assert summary["success_rate"] == 1.0  # of the rewarded episodes: nothing scored the other one
+
+
+class BlockingJudgeTestModel(LanguageModel):
+    """A test stand-in for a judge model that sees a block page in every episode (and says YES to every check)."""
+
+    name = "blocking-judge-test"
+
+    async def generate(self, request: ChatRequest) -> Generation:
+        return Generation("A CAPTCHA covers the page.\nVERDICT: YES", finish_reason="stop")
+
+
+async def test_a_judged_blocked_verdict_ends_blocked_with_no_reward_value(tmp_path: Path, sites: str) -> None:
+    # Before, the judge's blocked verdict was a reward of 0.0 and a failure, which a trainer trained on.
+    _, _, tasks = checked_and_unchecked(tmp_path)
+    async with ChatTestServer(BlockingJudgeTestModel(), served_model_name="judge") as server:
+        stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
+                                   judge=judge_of(tmp_path, server))
+    records = read_records(run_dir)
+    assert len(records) == 2 and {r["status"] for r in raw_records(run_dir)} == {"judge_pending"}
+    for r in records:
+        assert r["status"] == "blocked" and r["reward"]["value"] is None and r["reward"]["blocked"] is True
+        assert r["reward"]["source"] == "judge" and r["reward"]["evidence"]["blocking"]["blocked"] is True
+        assert r["error"] == {"kind": "judge_blocked", "message": "blocked: A CAPTCHA covers the page."}
+    summary = stats.summary()
+    assert (summary["blocked"], summary["failed"], summary["judge_pending"], summary["success_rate"]) == (2, 0, 0, 0.0)
+
+
+class VerdictlessJudgeTestModel(PassingJudgeTestModel):
+    """A test stand-in for a judge model that answers the answer check without a verdict line, also when reminded."""
+
+    name = "verdictless-judge-test"
+
+    async def generate(self, request: ChatRequest) -> Generation:
+        if request.messages[0]["content"][0]["text"].startswith("## Answer check"):
+            return Generation("The screenshots show it: no issues, supported.", finish_reason="stop")
+        return await super().generate(request)
+
+
+async def test_a_judge_that_twice_gives_no_verdict_line_leaves_the_episode_pending(tmp_path: Path, sites: str) -> None:
+    # Before, the reply's last "no" was read as the verdict: the episode was a failure, nothing said why.
+    _, unchecked, tasks = checked_and_unchecked(tmp_path)
+    tasks.write_text(json.dumps(unchecked) + "\n")
+    async with ChatTestServer(VerdictlessJudgeTestModel(), served_model_name="judge") as server:
+        stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
+                                   judge=judge_of(tmp_path, server))
+        answer_checks = [r.payload["messages"] for r in server.received
+                         if "## Answer check" in json.dumps(r.payload["messages"][0])]
+    [record] = read_records(run_dir)
+    assert record["status"] == "judge_pending" and record["reward"] is None
+    assert "no verdict in the judge's reply, even after a reminder" in record["judge_error"]
+    assert [len(m) for m in answer_checks] == [1, 3]  # asked, then once more with the reminder
+    reminder = json.dumps(answer_checks[1][2])
+    assert answer_checks[1][1]["role"] == "assistant" and "`VERDICT: YES` or `VERDICT: NO`" in reminder
+    assert stats.summary()["judge_pending"] == 1 and stats.summary()["failed"] == 0
+
+
 async def test_the_service_cuts_stragglers_of_a_batch_like_run(tmp_path: Path, sites: str) -> None:
     fast = [json.loads(line) for line in subset(tmp_path, per_site=1).read_text().splitlines()]
     tasks_file = tmp_path / "tasks.jsonl"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import frame_writer
+from engine.records import FORMAT_VERSION
 from engine.store import RunStore, StoreFailed, episode_key, finished_keys, frames_name, read_records
 from tests.conftest import SmallDisk
 
@@ -159,7 +160,7 @@ def test_manifest_keeps_start_time_on_resume(tmp_path: Path) -> None:
     first = json.loads((tmp_path / "manifest.json").read_text())
     store.write_manifest({"policy": "scripted", "again": True})
     second = json.loads((tmp_path / "manifest.json").read_text())
-    assert first["format_version"] == second["format_version"] == 1
+    assert first["format_version"] == second["format_version"] == FORMAT_VERSION
     assert second["started_at"] == first["started_at"] and second["config"]["again"] is True
     assert second["code_version"]
 

@@ -31,7 +31,8 @@ CELL_STYLES: dict[str, Style] = {
     "X": Style.parse("bold yellow on dark_magenta"),
 }
 SELECTED = Style(reverse=True, bold=True, underline=True)
-LEGEND = (("F1", "reward 1"), ("F0", "reward 0"), ("F?", "reward pending"))
+# F?: no reward value, the judge's still to come or none at all (an unrewarded episode).
+LEGEND = (("F1", "reward 1"), ("F0", "reward 0"), ("F?", "no reward (yet)"))
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -189,9 +190,11 @@ def render_stats(model: MonitorModel) -> Group:
     rate = Table.grid(padding=(0, 1))
     rate.add_column(style="bold")
     rate.add_column()
-    rate.add_row("episodes", f"{done}/{total}  ✓{outcomes.get('success', 0)} ✗{outcomes.get('failure', 0)} "
-                             f"!{outcomes.get('error', 0)}")
-    rate.add_row("success", f"{agg.success_rate:.1%}")
+    rate.add_row("episodes", f"{done}/{total}  ✓{outcomes.success} ✗{outcomes.failure} !{outcomes.error}")
+    # Episodes nothing scored, each apart: none of them is a failure of the agent's (large counts wrap, never cut).
+    rate.add_row("unscored", f"unrewarded {outcomes.unrewarded}  blocked {outcomes.blocked}  "
+                             f"judge {outcomes.judge_pending}")
+    rate.add_row("success", f"{agg.success_rate:.1%} of rewarded")
     rate.add_row("steps/s", f"{agg.steps_per_s:.1f}  ({agg.steps} steps)")
     rate.add_row("", Text(sparkline(agg.spark, 30), style="green"))
     rate.add_row("episodes/min", f"{agg.episodes_per_min:.1f}")

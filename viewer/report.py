@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -31,6 +32,7 @@ import numpy as np
 
 from engine._imgcodec import ImgCodecError, jpeg_size
 from engine.records import EpisodeRecord, RewardRecord
+from engine.stats import outcome_counts, success_rate
 from engine.store import read_manifest, read_records
 
 CHUNK = 500  # index rows per data file: 20 files for a 10,000-episode run
@@ -72,7 +74,7 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     ``lost``, peak browser memory and worker restarts live only in the running engine (and the optional
     ``--summary-json``), not in the run directory, so they are not shown.
     """
-    status = [r.get("status") for r in records]
+    counts = Counter(str(r.get("status")) for r in records)
     latencies = [s["timings_ms"]["step_ms"] for r in records for s in r.get("steps", [])
                  if isinstance(s.get("timings_ms", {}).get("step_ms"), int | float)]
     starts = [r["started_at"] for r in records if isinstance(r.get("started_at"), int | float)]
@@ -81,14 +83,10 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     elapsed = (max(ends) - min(starts)) if starts else 0.0
     steps = sum(len(r.get("steps", [])) for r in records)
     lat = np.asarray(latencies) if latencies else np.zeros(1)
-    done = len(records)
     return {
-        "episodes": done,
-        "succeeded": status.count("success"),
-        "failed": status.count("failure"),
-        "errors": status.count("error"),
-        "judge_pending": status.count("judge_pending"),
-        "success_rate": round(status.count("success") / done, 4) if done else 0.0,
+        "episodes": len(records),
+        **outcome_counts(counts),  # succeeded, failed, unrewarded, blocked, errors, judge_pending
+        "success_rate": round(success_rate(counts), 4),  # of the rewarded episodes, as the run's summary
         "steps": steps,
         "steps_per_s": round(steps / elapsed, 2) if elapsed > 0 else 0.0,
         "step_latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
@@ -98,13 +96,14 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
 
 
 def by_difficulty(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
-    """Success rate per difficulty, for the chart: ``[{difficulty, episodes, succeeded, rate}]``."""
-    groups: dict[Any, list[str]] = {}
+    """Success rate per difficulty, for the chart: ``[{difficulty, episodes, rewarded, succeeded, rate}]``; the
+    rate is of the rewarded episodes (success + failure), as the run summary's."""
+    groups: dict[Any, Counter[str]] = {}
     for r in records:
-        groups.setdefault(r.get("task", {}).get("difficulty"), []).append(r.get("status", ""))
-    return [{"difficulty": d, "episodes": len(s), "succeeded": s.count("success"),
-             "rate": round(s.count("success") / len(s), 4)}
-            for d, s in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0]).zfill(6)))]
+        groups.setdefault(r.get("task", {}).get("difficulty"), Counter())[str(r.get("status", ""))] += 1
+    return [{"difficulty": d, "episodes": sum(c.values()), "rewarded": c["success"] + c["failure"],
+             "succeeded": c["success"], "rate": round(success_rate(c), 4)}
+            for d, c in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0]).zfill(6)))]
 
 
 def index_row(n: int, r: EpisodeRecord, sites_base_url: str | None) -> dict[str, Any]:

@@ -58,8 +58,9 @@ function initIndex(meta) {
   ].filter(Boolean).join(" · ");
   const s = meta.summary;
   const figures = [
-    ["episodes", s.episodes], ["succeeded", s.succeeded], ["failed", s.failed], ["errors", s.errors],
-    ["judge pending", s.judge_pending], ["success rate", fmt.pct(s.success_rate)], ["steps", s.steps],
+    ["episodes", s.episodes], ["succeeded", s.succeeded], ["failed", s.failed], ["unrewarded", s.unrewarded],
+    ["blocked", s.blocked], ["errors", s.errors], ["judge pending", s.judge_pending],
+    ["success rate (of rewarded)", fmt.pct(s.success_rate)], ["steps", s.steps],
     ["steps/s", fmt.num(s.steps_per_s, 2)], ["step latency p50", fmt.num(s.step_latency_p50_ms, 0) + " ms"],
     ["step latency p95", fmt.num(s.step_latency_p95_ms, 0) + " ms"], ["elapsed", fmt.num(s.elapsed_s, 1) + " s"],
   ];
@@ -183,7 +184,7 @@ function drawChart(groups) {
     chart.append(svg("text", { x: x + (w - 16) / 2, y: top + h - bh - 3, "text-anchor": "middle" }, fmt.pct(g.rate)));
     chart.append(svg("text", { x: x + (w - 16) / 2, y: top + h + 14, "text-anchor": "middle" }, "d" + g.difficulty));
     chart.append(svg("text", { x: x + (w - 16) / 2, y: top + h + 27, "text-anchor": "middle", class: "small" },
-      g.succeeded + "/" + g.episodes));
+      g.succeeded + "/" + g.rewarded));
   });
   document.getElementById("chart").prepend(chart);
 }
