@@ -109,7 +109,7 @@ async def run_mode(root: Path, model: Path, mode: str, args: argparse.Namespace)
     hf = HFModel(str(model), device="cpu", max_batch=args.concurrency)
     target = PolicyTarget(PacedModel(hf, LatencyModel(speed=args.speed)), InProcessSync(hf))
     t0 = time.monotonic()
-    reports = await run_loop(config(root, model, mode, args), target)
+    reports = (await run_loop(config(root, model, mode, args), target)).iterations
     # The loop's last push ends its last iteration; the drain of the pool afterwards is not training work.
     wall = sum(r.wait_s + r.train_s + (r.push["held_s"] if r.push else 0.0) for r in reports)
     return {**summarise(mode, reports, wall), "total_s": round(time.monotonic() - t0, 2)}

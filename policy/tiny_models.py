@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,9 @@ _OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def _build_tokenizer(out_dir: Path) -> dict[str, int]:
-    """Train a byte-level BPE on :data:`_CORPUS`, add the Qwen tokens, save it; return the token ids."""
+def _build_tokenizer(out_dir: Path, corpus: Sequence[str] = ()) -> dict[str, int]:
+    """Train a byte-level BPE on :data:`_CORPUS` and ``corpus``, add the Qwen tokens, save it; return the token
+    ids."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -73,7 +75,7 @@ def _build_tokenizer(out_dir: Path) -> dict[str, int]:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=640, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    tok.train_from_iterator([*_CORPUS, *corpus], trainer=trainer)
     # The added tokens come after the BPE vocabulary in Qwen's order (<|endoftext|> = 151643 there).
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TEXT_TOKENS])
@@ -109,6 +111,7 @@ def _vision_config(arch: str, hidden: int) -> dict[str, Any]:
 def build_tiny_model(
     out_dir: str | Path, arch: str = "qwen2_vl", seed: int = 0, *, hidden_size: int = 64, num_layers: int = 2,
     min_pixels: int | None = None, max_pixels: int | None = None, vision: dict[str, Any] | None = None,
+    corpus: Sequence[str] = (),
 ) -> Path:
     """Write a tiny random ``arch`` model directory to ``out_dir`` (created if needed) and return its path.
 
@@ -117,7 +120,8 @@ def build_tiny_model(
     by default they are small (4 to 16 merged patches' worth of area: a 320x200 screenshot becomes about
     15 image tokens), so tests stay fast. Loadable with ``AutoModelForImageTextToText``,
     ``AutoTokenizer`` and :func:`policy.vision.load_vision_config`. ``vision`` overrides settings of the (tiny)
-    vision tower's config, e.g. a released model's tower size for a benchmark.
+    vision tower's config, e.g. a released model's tower size for a benchmark. ``corpus``: more strings for the
+    tokenizer's merges (the words of a task family, which a released tokenizer has as whole tokens).
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
@@ -126,7 +130,7 @@ def build_tiny_model(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ids = _build_tokenizer(out)
+    ids = _build_tokenizer(out, corpus)
     vocab_size = (ids["__len__"] + 63) // 64 * 64  # padded like the released models' embedding tables
 
     heads = max(4, hidden_size // 128)  # head_dim 128 at larger sizes, as in the released models

@@ -2,7 +2,8 @@
 
 * ``/_test/slow?ms=N``: a small HTML page (``<title>slow</title>``) answered after N milliseconds;
 * ``/_test/hang``: never answered; the connection is held until the server stops;
-* ``/_test/echo?...``: a small HTML page (``<title>echo</title>``) showing the query string.
+* ``/_test/echo?...``: a small HTML page (``<title>echo</title>``) showing the query string;
+* ``/_test/denied``: HTTP 403 with an "Access denied" page (a site that blocks agents).
 
 Started as ``SiteServer(module="tests.site_endpoints")`` (the ``site_server`` fixture); the same command line as
 ``python -m engine.sites.server``.
@@ -39,6 +40,9 @@ class EndpointHandler(SiteRequestHandler):
             body = html_page("echo", f"<h1>Echo</h1><pre id='query'>{html.escape(unquote(query))}</pre>"
                                      f"<table id='params'>{rows}</table>")
             self.send_bytes(HTTPStatus.OK, body, MIME_TYPES[".html"], send_body, no_store=True)
+        elif url_path == "/_test/denied":
+            body = html_page("Access denied", "<h1>Access denied</h1><p>Automated access is not allowed.</p>")
+            self.send_bytes(HTTPStatus.FORBIDDEN, body, MIME_TYPES[".html"], send_body, no_store=True)
         else:
             self.not_found(send_body)
 

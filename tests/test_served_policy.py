@@ -105,7 +105,7 @@ async def test_async_loop_pushes_into_the_server_without_stopping_the_rollouts(
     async with ServedModelTestServer(HFModel(str(model), device="cpu"), "vllm") as server:
         cfg = loop_config(tmp_path, model, server.base_url, "vllm", "async", iterations=3)
         server.restart_clock()
-        reports = await run_loop(cfg)
+        reports = (await run_loop(cfg)).iterations
         server_idle = server.idle_fraction()
     # The measured idle fractions, in the test's log (pytest -s, or on failure).
     print("async loop:", [{k: r.__dict__[k] for k in ("iteration", "version", "versions_seen", "max_staleness",
@@ -137,7 +137,7 @@ async def test_sync_loop_on_sglang_trains_each_batch_on_one_version(tmp_path: Pa
     hf = HFModel(str(model), device="cpu", logprobs_of="temperature")
     async with ServedModelTestServer(hf, "sglang") as server:
         cfg = loop_config(tmp_path, model, server.base_url, "sglang", "sync", iterations=2)
-        reports = await run_loop(cfg)
+        reports = (await run_loop(cfg)).iterations
     assert [r.versions_seen for r in reports] == [[0], [1]]
     assert server.weight_version == "2"
     # Nothing rolled out while the trainer trained: the synchronous baseline's cost.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from train.algorithms import (  # noqa: E402
     decoupled_ppo_loss,
     fbc_select,
     grpo_advantages,
+    is_success,
+    is_trainable,
 )
 
 
@@ -137,6 +140,58 @@ def test_grpo_skips_groups_without_variance() -> None:
 
     kept = assign_advantages([S("m#1", 0), S("w#0", 1)], result)
     assert [(s.episode_id, round(s.advantage, 4)) for s in kept] == [("m#1", -0.1)]
+
+
+def test_grpo_never_trains_on_what_the_infrastructure_caused() -> None:
+    # A blocked site, a lost worker, a judge without a verdict: none carries the task's verdict, whatever reward
+    # value a record might hold; only success and failure records are trained on, and the others are counted.
+    won, lost = rec("x#0", "X", 1.0, 2), rec("x#1", "X", 0.0, 2)
+    blocked = {**rec("x#2", "X", 0.0, 1), "status": "blocked"}
+    lost_worker = {**rec("x#3", "X", 0.0, 3), "status": "error", "error_kind": "worker_lost"}
+    pending = {**rec("x#4", "X", None, 2), "status": "judge_pending"}
+    assert [is_trainable(r) for r in (won, lost, blocked, lost_worker, pending)] == [True, True, False, False, False]
+    assert not is_success({**won, "status": "blocked"})
+    result = grpo_advantages([won, lost, blocked, lost_worker, pending], k=1, eps=0.0)
+    assert [t.episode_id for t in result.trajectories] == ["x#0", "x#1"]
+    assert result.by_episode() == {"x#0": [1.0, 1.0], "x#1": [-1.0, -1.0]}
+    assert result.excluded == {"blocked": 1, "error": 1, "judge_pending": 1} and result.unrewarded == 3
+
+
+def test_grpo_shuffled_rewards_are_the_control() -> None:
+    # The control run permutes each group's rewards among its members (seeded): the same reward statistics, no
+    # link between a trajectory and its own reward.
+    group = [rec(f"s#{i}", "S", float(i < 3), 1) for i in range(8)]
+    real = grpo_advantages(group, k=1, eps=0.0)
+    assert [t.reward for t in real.trajectories] == [1.0] * 3 + [0.0] * 5
+    draws = [grpo_advantages(group, k=1, eps=0.0, shuffle_seed=seed) for seed in range(6)]
+    for draw in draws:
+        assert sorted(t.reward for t in draw.trajectories) == sorted(t.reward for t in real.trajectories)
+        assert sorted(t.normalised for t in draw.trajectories) == pytest.approx(
+            sorted(t.normalised for t in real.trajectories))
+    assert any([t.reward for t in d.trajectories] != [t.reward for t in real.trajectories] for d in draws)
+    again = grpo_advantages(group, k=1, eps=0.0, shuffle_seed=3)
+    assert [t.reward for t in again.trajectories] == [t.reward for t in draws[3].trajectories]  # reproducible
+
+
+def test_wilson_interval_and_paired_gain() -> None:
+    from train.evaluation import Evaluation, paired_gain, wilson_interval
+
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+
+    def evaluation(per_task: dict[str, list[float]]) -> Evaluation:
+        n = sum(map(len, per_task.values()))
+        return Evaluation(label="x", version=0, episodes=n, rewarded=n, successes=int(sum(map(sum, per_task.values()))),
+                          mean_steps=1.0, outcomes={}, per_task=per_task)
+
+    before = evaluation({"a": [0.0, 0.0], "b": [1.0, 0.0], "c": [0.0, 0.0], "gone": [1.0]})
+    after = evaluation({"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [0.0, 1.0], "new": [0.0]})
+    gain = paired_gain(before, after)  # over a, b, c: differences 1, 0.5, 0.5
+    assert (gain.tasks, gain.episodes) == (3, 12)
+    se = statistics.stdev([1.0, 0.5, 0.5]) / math.sqrt(3)
+    assert gain.gain == pytest.approx(2 / 3) and gain.low == pytest.approx(2 / 3 - 1.959964 * se, rel=1e-6)
+    assert gain.high == pytest.approx(2 / 3 + 1.959964 * se, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- decoupled PPO

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,10 +40,23 @@ class ChosenStep:
         return self.record["steps"][self.step]
 
 
+#: The end states a trajectory is trained on: the task's own verdict, yes or no (:mod:`engine.records`). The others
+#: (``unrewarded``, ``blocked``, ``error`` of any kind, ``judge_pending``: a judge that gave no verdict) say nothing
+#: about the policy: infrastructure caused them or nothing scored them, so they never become a training signal.
+TRAINABLE_STATUSES = ("success", "failure")
+
+
+def is_trainable(record: dict[str, Any]) -> bool:
+    """The record's reward is the task's verdict on the policy: status ``success`` or ``failure`` (a record
+    written by hand without a status: a reward value) and a reward value."""
+    status = record.get("status")
+    value = (record.get("reward") or {}).get("value")
+    return (status is None or status in TRAINABLE_STATUSES) and isinstance(value, int | float)
+
+
 def is_success(record: dict[str, Any]) -> bool:
-    """The trajectory solved its task: reward 1 (a ``judge_pending`` or unrewarded record is not a success)."""
-    reward = record.get("reward") or {}
-    return reward.get("value") == 1.0
+    """The trajectory solved its task: a trainable record (:func:`is_trainable`) of reward 1."""
+    return is_trainable(record) and (record.get("reward") or {}).get("value") == 1.0
 
 
 def fbc_eligible(step: dict[str, Any]) -> bool:
@@ -144,7 +158,12 @@ class GRPOResult:
 
     trajectories: list[TrajectoryAdvantage] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # task_id -> why
-    unrewarded: int = 0  # trajectories without a reward (dropped before grouping)
+    excluded: Counter[str] = field(default_factory=Counter)  # status -> trajectories left out (not trainable)
+
+    @property
+    def unrewarded(self) -> int:
+        """Trajectories left out before grouping (:func:`is_trainable` false), whatever their status."""
+        return sum(self.excluded.values())
 
     def by_episode(self) -> dict[str, list[float]]:
         """episode_id -> the step advantages (episode ids are unique within one run)."""
@@ -156,15 +175,21 @@ def _task_id(record: dict[str, Any]) -> str:
 
 
 def grpo_advantages(groups: Mapping[str, Sequence[dict[str, Any]]] | Iterable[dict[str, Any]],
-                    normaliser: str = "1/k", k: float = 10, eps: float = 1e-6) -> GRPOResult:
+                    normaliser: str = "1/k", k: float = 10, eps: float = 1e-6,
+                    shuffle_seed: int | None = None) -> GRPOResult:
     """Group-normalised advantages per step.
 
-    ``groups``: task_id -> its trajectories (records), or a plain iterable of records, grouped here by their
-    task id. In each group the reward ``r`` (``record["reward"]["value"]``; records without one are dropped)
-    becomes ``(r - mean) / (std + eps)`` with the population std (ddof 0); every step of the trajectory gets
-    that times ``1/k`` (``normaliser="1/k"``, AsyncWebRL's constant, so long failed trajectories are not
-    under-weighted) or ``1/|tau|`` (``"1/|tau|"``, the trajectory's number of steps). A group whose rewards
-    all agree (including a group of one) carries no signal and is skipped, with the reason.
+    ``groups``: a group's key (e.g. its task id) -> its trajectories (records), or a plain iterable of records,
+    grouped here by their task id. Only trainable records count (:func:`is_trainable`: the task's own verdict;
+    the others are counted in ``excluded`` by status). In each group the reward ``r``
+    (``record["reward"]["value"]``) becomes ``(r - mean) / (std + eps)`` with the population std (ddof 0); every
+    step of the trajectory gets that times ``1/k`` (``normaliser="1/k"``, AsyncWebRL's constant, so long failed
+    trajectories are not under-weighted) or ``1/|tau|`` (``"1/|tau|"``, the trajectory's number of steps). A
+    group whose rewards all agree (including a group of one) carries no signal and is skipped, with the reason.
+
+    ``shuffle_seed``: a control, not a training method: each group's rewards are permuted among its trajectories
+    (seeded) before they are normalised, so updates keep their sizes but say nothing about which trajectory was
+    rewarded.
     """
     if normaliser not in ("1/k", "1/|tau|"):
         raise ValueError("normaliser must be '1/k' or '1/|tau|'")
@@ -177,13 +202,16 @@ def grpo_advantages(groups: Mapping[str, Sequence[dict[str, Any]]] | Iterable[di
         for record in groups:
             grouped.setdefault(_task_id(record), []).append(record)
     result = GRPOResult()
+    rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
     for task_id, recs in grouped.items():
-        rewarded = [r for r in recs if (r.get("reward") or {}).get("value") is not None]
-        result.unrewarded += len(recs) - len(rewarded)
+        rewarded = [r for r in recs if is_trainable(r)]
+        result.excluded.update(str(r.get("status", "no reward")) for r in recs if not is_trainable(r))
         if not rewarded:
             result.skipped[task_id] = "no rewarded trajectories"
             continue
         rewards = np.asarray([float(r["reward"]["value"]) for r in rewarded], dtype=np.float64)
+        if rng is not None:
+            rewards = rng.permutation(rewards)
         std = float(rewards.std())
         if len(rewarded) < 2 or std == 0.0:
             result.skipped[task_id] = (f"zero reward variance: {len(rewarded)} trajectories, all with reward "

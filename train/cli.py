@@ -108,15 +108,20 @@ def train_loop(config: str) -> None:
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        results = uvloop.run(run_loop(cfg))
+        result = uvloop.run(run_loop(cfg))
     except StoreFailed as exc:  # a full disk: the checkpoints written so far stay
         raise click.ClickException(f"the loop stopped: {exc}") from None
-    for r in results:
+    for r in result.iterations:
         busy = r.browser_busy_training
         busy_text = f", browsers {busy:.0%} busy while training" if busy is not None else ""
+        kept_out = f", {r.excluded} kept out of training ({r.reruns} rerun)" if r.excluded else ""
         click.echo(f"iteration {r.iteration}: {r.episodes} episodes (versions {r.versions_seen}), success "
-                   f"{r.success_rate:.0%}, {r.samples} samples ({r.stale_dropped} stale dropped) -> version {r.version}"
-                   f"  [waited {r.wait_s:.0f} s for rollouts, trained {r.train_s:.0f} s{busy_text}]")
+                   f"{r.success_rate:.0%}, {r.groups_trained} groups, {r.samples} samples{kept_out} -> version "
+                   f"{r.version}  [waited {r.wait_s:.0f} s for rollouts, trained {r.train_s:.0f} s{busy_text}]")
+    for e in result.evaluations:
+        low, high = e.interval
+        click.echo(f"held-out evaluation ({e.label}, version {e.version}): {e.successes}/{e.rewarded} succeeded "
+                   f"({e.success_rate:.0%}, 95% interval {low:.0%}-{high:.0%}), {e.mean_steps:.2f} steps per episode")
 
 
 @click.group()

@@ -103,6 +103,9 @@ class TrainConfig:
     dual_clip: float | None = 3.0
     normaliser: str = "1/k"  # 1/k | 1/|tau|
     k: float = 10.0
+    # A control run, not a training method: each group's rewards permuted among its trajectories before the
+    # advantages (train.algorithms.grpo_advantages), so the updates keep their sizes and carry no reward signal.
+    shuffle_rewards: bool = False
 
     # FBC (WebGym): step selection over the runs given (oldest first).
     n_samples: int = 1800

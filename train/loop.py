@@ -28,26 +28,36 @@ import asyncio
 import dataclasses
 import json
 import math
+import statistics
+import sys
 import time
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.api import RolloutService
 from engine.config import RunConfig
 from engine.judge import JudgeConfig
 from engine.miniwob import is_miniwob_spec, miniwob_mount
 from engine.model_api import LOGPROBS_KINDS, SamplingParams
+from engine.rewards import unrewardable
 from engine.runner import load_task_source
 from engine.tasks import StepCaps
 from policy.agent_policy import AgentPolicy
 from policy.registry import make_judge
+from train.algorithms import TRAINABLE_STATUSES
 from train.behaviour import REMEDY, untruncated_at_one
 from train.config import ConfigError, TrainConfig
-from train.policy_target import POLICIES, PolicyTarget, make_target
-from train.rollout_pool import RolloutPool
+from train.evaluation import Evaluation, evaluate
+from train.policy_target import POLICIES, SERVED, PolicyTarget, make_target
+from train.rollout_pool import INFRA_ACTIONS, Group, RolloutPool
 from train.utilization import CountingModel, Utilization
+
+if TYPE_CHECKING:  # the trainer imports torch: only when the loop trains
+    from train.samples import SampleSet
+    from train.trainer import Trainer, TrainResult
 
 MODES = ("sync", "async")
 
@@ -78,9 +88,21 @@ class LoopConfig:
     top_p: float = 1.0
     max_tokens: int = 256
     reward: str = "auto"
+    # A member of a group that ends without the task's verdict (an error, a lost worker, a straggler, a judge
+    # without a verdict): "rerun" it on the same task, so the group keeps its size, or "drop" the group
+    # (train.rollout_pool). Blocked and unrewarded members always drop their group: a rerun cannot help.
+    on_infra: str = "rerun"
     # Step caps (easy, medium, hard) of the rollouts, the original's train caps (10, 20, 30) when not set:
     # shorter episodes for quick iterations.
     step_caps: tuple[int, int, int] | None = None
+    # The trainer stays in memory from one iteration to the next (its weights and its optimizer's moments, as an
+    # RL framework's actor), instead of loading the last checkpoint into a fresh optimizer every iteration.
+    keep_trainer: bool = True
+    # Held-out evaluation (train.evaluation): a task file run eval_samples times per task, before the first
+    # update and after the last, at eval_temperature (0: greedy); OUTPUT/eval.jsonl. "": none.
+    eval_tasks: str = ""
+    eval_samples: int = 1
+    eval_temperature: float = 0.0
     judge_base_url: str | None = None
     judge_model: str = ""
     output_dir: str = "rl"  # on storage the policy servers see at the same path (checkpoints are pushed from it)
@@ -117,7 +139,7 @@ class LoopConfig:
                               "batch_groups >= 0")
         if self.policy not in POLICIES:
             raise ConfigError(f"{source}: policy must be one of {POLICIES}, not {self.policy!r}")
-        if self.policy != "hf" and not self.servers:
+        if self.policy in SERVED and not self.servers:
             raise ConfigError(f"{source}: policy = {self.policy!r} needs servers = [\"http://HOST:PORT/v1\", ...]")
         if self.push_mode not in ("abort", "wait"):
             raise ConfigError(f"{source}: push_mode must be 'abort' or 'wait', not {self.push_mode!r}")
@@ -128,6 +150,10 @@ class LoopConfig:
             raise ConfigError(f"{source}: GRPO cannot use the servers' log-probs of the sampler at temperature "
                               f"{self.temperature:g} / top_p {self.top_p:g} (the trainer cannot reproduce them): "
                               f"{REMEDY}")
+        if self.on_infra not in INFRA_ACTIONS:
+            raise ConfigError(f"{source}: on_infra must be one of {INFRA_ACTIONS}, not {self.on_infra!r}")
+        if self.eval_samples < 1 or self.eval_temperature < 0:
+            raise ConfigError(f"{source}: eval_samples must be >= 1 and eval_temperature >= 0")
         if self.step_caps is not None:
             try:
                 StepCaps(train=tuple(self.step_caps))  # type: ignore[arg-type]
@@ -141,14 +167,30 @@ class IterationReport:
 
     iteration: int
     version: int  # the policy version trained from these samples
-    episodes: int
-    success_rate: float
+    episodes: int  # every record of the iteration's groups, reruns and excluded members included
+    success_rate: float  # of the trained groups' episodes (the task's verdict: success / (success + failure))
+    mean_steps: float  # the trained groups' mean episode length
     versions_seen: list[int]
-    stale_dropped: int  # episodes with a step more than `staleness` versions behind
+    stale_dropped: int  # episodes of groups dropped for a step more than `staleness` versions behind
     max_staleness: int  # versions between the oldest step trained on and the version trained
+    mean_staleness: float  # ... over the samples trained on
     samples: int
     skipped: dict[str, int]
     checkpoint: str | None
+    # Where the rewards came from: every record's status, the members kept out of training (infrastructure
+    # outcomes and unrewarded ones, never a training signal), the reruns that replaced them, the groups trained
+    # and their sizes, and the groups dropped (why -> groups).
+    outcomes: dict[str, int]
+    excluded: int
+    reruns: int
+    groups_trained: int
+    group_sizes: list[int]
+    groups_dropped: dict[str, int]
+    infra_trained: int  # samples from a record without the task's verdict: 0, or the loop has a bug
+    # The trainer's GRPO figures over the iteration's steps (None for FBC or without an update).
+    mean_is_weight: float | None
+    clip_frac: float | None
+    dropped_frac: float | None
     groups_ahead: int  # groups started beyond the ones trained so far, when the training began (sync: 0)
     wait_s: float  # waiting for the iteration's groups
     train_s: float
@@ -159,12 +201,24 @@ class IterationReport:
     policy_idle_training: float | None  # ... while the trainer trained and the weights were pushed
 
 
-async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None) -> list[IterationReport]:
-    """Run ``cfg.iterations`` iterations; returns one report per iteration (also in OUTPUT/loop.jsonl).
+@dataclass
+class LoopResult:
+    """The loop's iterations and its held-out evaluations (``start``, ``end``; none without ``eval_tasks``)."""
 
-    ``target``: the policy and its weight push, when the caller built them (benchmarks); else from ``cfg``."""
+    iterations: list[IterationReport]
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+
+async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
+                   service: RolloutService | None = None) -> LoopResult:
+    """Run ``cfg.iterations`` iterations; returns one report per iteration (also in OUTPUT/loop.jsonl) and the
+    held-out evaluations (OUTPUT/eval.jsonl).
+
+    ``target``: the policy and its weight push, when the caller built them (benchmarks); else from ``cfg``.
+    ``service``: an engine the caller configured (its own sites, workers, retries), not started yet: the loop
+    starts and closes it; else one from ``cfg`` that serves the bundled sites."""
     from train.samples import Processing
-    from train.trainer import samples_from_iterations, train
+    from train.trainer import samples_from_iterations
 
     out = Path(cfg.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -176,68 +230,189 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None) -> list[
     counted = CountingModel(target.model)
     policy = AgentPolicy(counted, cfg.train.agent, SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
                                                                  max_tokens=cfg.max_tokens))
-    mounts = miniwob_mount() if is_miniwob_spec(cfg.tasks) else None
-    reports: list[IterationReport] = []
-    async with RolloutService(run_cfg, serve_sites=True, site_mounts=mounts, judge=judge) as service:
+    greedy = AgentPolicy(counted, cfg.train.agent, SamplingParams(temperature=cfg.eval_temperature, top_p=cfg.top_p,
+                                                                 max_tokens=cfg.max_tokens, seed=cfg.train.seed))
+    specs = [cfg.tasks, cfg.eval_tasks]
+    mounts = miniwob_mount() if any(is_miniwob_spec(t) for t in specs if t) else None
+    result = LoopResult([])
+    service = service or RolloutService(run_cfg, serve_sites=True, site_mounts=mounts, judge=judge)
+    async with service:
         assert service.base_url is not None and service.run_dir is not None
         tasks = load_task_source(cfg.tasks, service.base_url)
-        await target.sync.start()
+        eval_tasks = load_task_source(cfg.eval_tasks, service.base_url) if cfg.eval_tasks else []
+        _warn_unrewardable([*tasks, *eval_tasks], judge is not None, cfg.reward)
+        await target.start()
         usage = Utilization({
             "browsers": lambda: (service.stats.states["W"] + service.stats.states["R"]) / cfg.concurrency,
             "policy_idle": lambda: float(counted.in_flight == 0)})
         pool = RolloutPool(service, tasks, policy, group_size=cfg.samples_per_task,
                            batch_groups=cfg.batch_groups or len(tasks),
                            staleness=cfg.staleness if cfg.mode == "async" else 0,
-                           max_groups=cfg.iterations * (cfg.batch_groups or len(tasks)), seed=cfg.train.seed)
+                           max_groups=cfg.iterations * (cfg.batch_groups or len(tasks)), seed=cfg.train.seed,
+                           on_infra=cfg.on_infra)  # type: ignore[arg-type]
         version, model_dir = 0, cfg.train.model_dir
+        trainer: Trainer | None = None
         history: list[tuple[Path, list[dict[str, Any]]]] = []
         proc = Processing.load(model_dir)
-        usage.start()
-        pool.start()
         try:
+            if eval_tasks:
+                result.evaluations.append(await _evaluation(service, eval_tasks, greedy, cfg, "start", version, out))
+            usage.start()
+            pool.start()
             for it in range(cfg.iterations):
                 t0 = time.monotonic()
                 groups = await pool.take(pool.batch_groups)
                 t1 = time.monotonic()
                 ahead = pool.started - (it + 1) * pool.batch_groups
-                records = [r for g in groups for r in g.records]
-                fresh = [r for r in records if version - _oldest_version(r, version) <= cfg.staleness]
-                tcfg = dataclasses.replace(cfg.train, model_dir=str(model_dir), output_dir=str(out / f"iter-{it:03d}"))
-                history.append((service.run_dir, fresh))
-                # fbc draws from the last iterations (recency-weighted); grpo learns from the newest batch only.
-                samples = samples_from_iterations(tcfg, history if tcfg.algorithm == "fbc" else history[-1:], proc)
+                trained, dropped = _trainable_groups(groups, version, cfg.staleness)
+                records = [r for g in trained for r in g.records]
+                # Each iteration's own seed: its micro-batch order, and the control run's shuffle, differ.
+                tcfg = dataclasses.replace(cfg.train, model_dir=str(model_dir), output_dir=str(out / f"iter-{it:03d}"),
+                                           seed=cfg.train.seed + it)
+                history.append((service.run_dir, records))
+                # fbc draws from the last iterations (recency-weighted); grpo learns from the newest batch's groups.
+                if tcfg.algorithm == "fbc":
+                    samples = samples_from_iterations(tcfg, history, proc)
+                else:
+                    by_group = {f"{g.task.task_id}#{i}": g.records for i, g in enumerate(trained)}
+                    samples = samples_from_iterations(tcfg, history[-1:], proc, groups=[by_group])
                 trained_from = version
                 trained_versions = [s.policy_version for s in samples.samples]
-                checkpoint, push, t2 = None, None, None
+                checkpoint, push, t2, stats = None, None, None, _TrainFigures()
                 if samples.samples:
-                    result = await asyncio.to_thread(train, tcfg, samples)
-                    checkpoint = str(result.checkpoint)
+                    train_result, trainer = await asyncio.to_thread(_train, trainer, tcfg, samples, cfg.keep_trainer)
+                    checkpoint = str(train_result.checkpoint)
+                    stats = _TrainFigures.of(train_result.history)
                     t2 = time.monotonic()
                     push = await target.sync.push(checkpoint, version + 1)
                     version, model_dir = version + 1, checkpoint
-                    pool.set_version(version)
+                pool.next_iteration(version)
                 t3 = time.monotonic()
+                _write_groups(out / f"iter-{it:03d}", trained, dropped)
+                all_records = [r for g in groups for r in (*g.records, *g.excluded)]
+                status_of = {r["episode_id"]: r.get("status") for r in records}
                 report = IterationReport(
-                    iteration=it, version=version, episodes=len(records),
+                    iteration=it, version=version, episodes=len(all_records),
                     success_rate=sum(r["status"] == "success" for r in records) / max(1, len(records)),
-                    versions_seen=sorted({s["policy_version"] for r in records for s in r["steps"]}),
-                    stale_dropped=len(records) - len(fresh),
+                    mean_steps=statistics.fmean(len(r["steps"]) for r in records) if records else math.nan,
+                    versions_seen=sorted({s["policy_version"] for r in all_records for s in r.get("steps") or []
+                                          if s.get("policy_version") is not None}),
+                    stale_dropped=sum(len(g.records) + len(g.excluded) for g, why in dropped if why == _STALE),
                     max_staleness=trained_from - min(trained_versions, default=trained_from),
+                    mean_staleness=(statistics.fmean(trained_from - v for v in trained_versions)
+                                    if trained_versions else 0.0),
                     samples=len(samples.samples), skipped=dict(samples.skipped), checkpoint=checkpoint,
+                    outcomes=dict(Counter(str(r.get("status")) for r in all_records)),
+                    excluded=sum(len(g.excluded) for g in groups), reruns=sum(g.reruns for g in groups),
+                    groups_trained=len(trained), group_sizes=sorted(len(g.records) for g in trained),
+                    groups_dropped=dict(Counter(why for _, why in dropped)),
+                    infra_trained=sum(status_of.get(s.episode_id) not in TRAINABLE_STATUSES for s in samples.samples),
+                    mean_is_weight=stats.mean_is_weight, clip_frac=stats.clip_frac, dropped_frac=stats.dropped_frac,
                     groups_ahead=ahead, wait_s=round(t1 - t0, 2), train_s=round((t2 or t3) - t1, 2),
                     push=dataclasses.asdict(push) if push else None,
                     browser_busy=usage.mean("browsers", t0, t3), browser_busy_training=usage.mean("browsers", t1, t3),
                     policy_idle=usage.mean("policy_idle", t0, t3),
                     policy_idle_training=usage.mean("policy_idle", t1, t3))
-                reports.append(report)
-                with open(out / "loop.jsonl", "a", encoding="utf-8") as f:
-                    f.write(json.dumps(_rounded(dataclasses.asdict(report))) + "\n")
+                result.iterations.append(report)
+                _append_jsonl(out / "loop.jsonl", dataclasses.asdict(report))
             await pool.drain()  # nothing is left behind unrecorded
+            if eval_tasks:
+                result.evaluations.append(await _evaluation(service, eval_tasks, greedy, cfg, "end", version, out))
         finally:
             await pool.close()
             await usage.close()
-            await target.sync.close()
-    return reports
+            await target.close()
+            if trainer is not None:
+                trainer.close()
+    return result
+
+
+def _train(trainer: Trainer | None, cfg: TrainConfig, samples: SampleSet, keep: bool) -> tuple[TrainResult, Trainer]:
+    """One iteration's training: on the kept trainer (``keep``, after the first), else on a new one that loads
+    ``cfg.model_dir``."""
+    from train.trainer import Trainer
+
+    if trainer is None or not keep:
+        if trainer is not None:
+            trainer.close()
+        trainer = Trainer(cfg, samples)
+    else:
+        trainer.next_iteration(cfg, samples)
+    return trainer.run(), trainer
+
+
+_STALE = "a step more than `staleness` versions behind"
+
+
+def _trainable_groups(groups: list[Group], version: int, staleness: int) -> tuple[list[Group], list[tuple[Group, str]]]:
+    """The groups to train on (complete, every member within ``staleness`` versions of ``version``) and the
+    others with why."""
+    trained, dropped = [], []
+    for g in groups:
+        if g.dropped is not None:
+            dropped.append((g, g.dropped))
+        elif any(version - _oldest_version(r, version) > staleness for r in g.records):
+            dropped.append((g, _STALE))
+        else:
+            trained.append(g)
+    return trained, dropped
+
+
+@dataclass
+class _TrainFigures:
+    """GRPO's figures over one training's steps, weighted by the tokens each counts."""
+
+    mean_is_weight: float | None = None
+    clip_frac: float | None = None
+    dropped_frac: float | None = None
+
+    @classmethod
+    def of(cls, history: list[dict[str, Any]]) -> _TrainFigures:
+        kept = [(m["kept_tokens"], m) for m in history if m.get("kept_tokens")]
+        target = [(m["target_tokens"], m) for m in history if m.get("target_tokens") and "dropped_frac" in m]
+        if not kept and not target:
+            return cls()
+
+        def mean(pairs: list[tuple[float, dict[str, Any]]], key: str) -> float | None:
+            total = sum(w for w, _ in pairs)
+            return sum(w * m[key] for w, m in pairs) / total if total else None
+
+        return cls(mean(kept, "mean_is_weight"), mean(kept, "clip_frac"), mean(target, "dropped_frac"))
+
+
+async def _evaluation(service: RolloutService, tasks: list[Any], policy: AgentPolicy, cfg: LoopConfig, label: str,
+                      version: int, out: Path) -> Evaluation:
+    evaluation = await evaluate(service, tasks, policy, label=label, version=version, samples=cfg.eval_samples)
+    _append_jsonl(out / "eval.jsonl", evaluation.to_dict())
+    return evaluation
+
+
+def _warn_unrewardable(tasks: list[Any], judge_configured: bool, reward: str) -> None:
+    """Say before the first rollout how many tasks nothing can score (their groups are dropped, never trained)."""
+    missing = unrewardable(tasks, judge_configured, reward)
+    if missing:
+        print(f"warning: {len(missing)} of {len(tasks)} tasks cannot be rewarded (no programmatic checks, no page "
+              f"reward{', no judge' if not judge_configured else ''}); their groups are dropped, never trained on. "
+              f"Give a judge (judge_base_url, judge_model) or checks.", file=sys.stderr, flush=True)
+
+
+def _write_groups(folder: Path, trained: list[Group], dropped: list[tuple[Group, str]]) -> None:
+    """``groups.json``: which episodes each group trained on and which it kept out (for audits: every trained
+    episode has the task's verdict)."""
+    def entry(g: Group, why: str | None) -> dict[str, Any]:
+        return {"task_id": g.task.task_id, "started_version": g.started_version, "trained": why is None,
+                "dropped": why, "episodes": [r["episode_id"] for r in g.records],
+                "excluded": [{"episode_id": r["episode_id"], "status": r.get("status")} for r in g.excluded],
+                "reruns": g.reruns}
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [entry(g, None) for g in trained] + [entry(g, why) for g, why in dropped]
+    (folder / "groups.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(_rounded(row)) + "\n")
 
 
 def _oldest_version(record: dict[str, Any], default: int) -> int:

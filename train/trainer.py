@@ -45,7 +45,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ from train.samples import Collator, Processing, Sample, SampleSet
 from train.schedule import make_scheduler
 
 log = logging.getLogger(__name__)
+
+#: ``stop_at(checkpoint, step) -> bool``: whether to end the training at a checkpoint (see :func:`train`).
+StopAt = Callable[[Path, int], bool]
 
 
 @dataclass
@@ -107,13 +110,18 @@ def samples_from_runs(cfg: TrainConfig, run_dirs: Sequence[str | Path], proc: Pr
 
 
 def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | Path, Sequence[dict[str, Any]]]],
-                            proc: Processing) -> SampleSet:
+                            proc: Processing,
+                            groups: Sequence[Mapping[str, Sequence[dict[str, Any]]] | None] | None = None) -> SampleSet:
     """The training samples of the records of several iterations (``(run_dir, records)``, oldest first).
 
     - ``fbc``: :func:`train.algorithms.fbc_select` over the iterations (successful trajectories, page-changing
       steps, the last ``iterations_back`` iterations with recency weights, ``n_samples`` drawn);
-    - ``grpo``: :func:`train.algorithms.grpo_advantages` per iteration (groups: the trajectories of one task);
-      steps of groups without reward variance are left out.
+    - ``grpo``: :func:`train.algorithms.grpo_advantages` per iteration (groups: ``groups[i]``, the RL loop's
+      groups of iteration ``i``, or else the trajectories of one task); steps of groups without reward variance
+      are left out. ``cfg.shuffle_rewards``: the control run's shuffled rewards (seeded by ``cfg.seed``).
+
+    Only trainable records (:func:`train.algorithms.is_trainable`) give samples; ``skipped`` counts the others by
+    status.
     """
     from train.algorithms import assign_advantages, chosen_selector, fbc_select, grpo_advantages
     from train.samples import samples_from_records
@@ -128,11 +136,19 @@ def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | P
                                  use_recorded_tokens=cfg.use_recorded_tokens, out=out)
         return out
     for index, (run_dir, records) in enumerate(iterations):
-        result = grpo_advantages(records, cfg.normaliser, cfg.k)
+        grouped = groups[index] if groups is not None else None
+        result = grpo_advantages(grouped if grouped is not None else records, cfg.normaliser, cfg.k,
+                                 shuffle_seed=cfg.seed * 1009 + index if cfg.shuffle_rewards else None)
+        for status, n in result.excluded.items():
+            out.skipped[f"not trainable ({status})"] += n
         for task_id, why in result.skipped.items():
             out.skipped[f"group skipped ({why.split(':')[0]})"] += 1
             log.debug("grpo: %s: task %s skipped: %s", run_dir, task_id, why)
-        run_set = samples_from_records(proc, records, run_dir, index, use_recorded_tokens=cfg.use_recorded_tokens)
+        # Only the trajectories that got an advantage are rebuilt (not those of skipped groups, nor untrainable ones),
+        # in the run's order.
+        position = {id(r): i for i, r in enumerate(records)}
+        chosen = sorted((t.record for t in result.trajectories), key=lambda r: position.get(id(r), len(position)))
+        run_set = samples_from_records(proc, chosen, run_dir, index, use_recorded_tokens=cfg.use_recorded_tokens)
         out.skipped.update(run_set.skipped)
         out.prompts_checked += run_set.prompts_checked
         out.samples.extend(assign_advantages(run_set.samples, result))
@@ -146,16 +162,19 @@ class Trainer:
     """One training iteration over a fixed set of samples (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig, samples: SampleSet | Sequence[Sample], *, model: Any = None,
-                 processing: Processing | None = None) -> None:
+                 processing: Processing | None = None, stop_at: StopAt | None = None) -> None:
         import torch
 
         self.cfg = cfg
+        self.stop_at = stop_at
         self.samples: list[Sample] = list(samples.samples if isinstance(samples, SampleSet) else samples)
         if not self.samples:
             raise ValueError("no training samples")
         if cfg.algorithm == "grpo":
             require_comparable(self.samples)  # before anything loads: a wrong importance weight is silent
         self.dist = setup_distributed(cfg.device)
+        if stop_at is not None and self.dist.distributed:
+            raise ValueError("stop_at (early stopping) runs in one process; not under torchrun")
         if cfg.compile_blocks != "off":  # refused before the model loads
             if self.dist.distributed:
                 # FSDP2's hooks around each sharded layer would run inside the compiled blocks: not measured yet.
@@ -192,6 +211,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps)
+        self._plan(cfg)
+
+    def _plan(self, cfg: TrainConfig) -> None:
+        """The steps, schedule and outputs of a training over ``self.samples``."""
         self.lengths = [len(s) for s in self.samples]
         self.steps_per_epoch = len(plan_steps(self.lengths, cfg, self.dist.world, 0))
         self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
@@ -201,6 +224,25 @@ class Trainer:
         self.metrics_path = self.out_dir / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
         self.checkpoints: list[Path] = []
+
+    def next_iteration(self, cfg: TrainConfig, samples: SampleSet | Sequence[Sample]) -> None:
+        """Train next on ``samples`` with the same model and optimizer state (the RL loop's persistent trainer, as
+        an RL framework's actor keeps its weights and Adam moments from one update to the next); ``cfg`` gives
+        the new output directory and seed, and the same model settings (checked)."""
+        fixed = ("algorithm", "attn_implementation", "vision_attention", "vision_mlp", "compile_blocks", "device",
+                 "gradient_checkpointing", "bf16")
+        changed = [k for k in fixed if getattr(cfg, k) != getattr(self.cfg, k)]
+        if changed:
+            raise ValueError(f"next_iteration cannot change {', '.join(changed)}; start a new Trainer")
+        samples = list(samples.samples if isinstance(samples, SampleSet) else samples)
+        if not samples:
+            raise ValueError("no training samples")
+        if cfg.algorithm == "grpo":
+            require_comparable(samples)
+        self.cfg, self.samples = cfg, samples
+        for group in self.optimizer.param_groups:  # a new scheduler starts from the configured rate
+            group["lr"] = group["initial_lr"] = cfg.lr
+        self._plan(cfg)
 
     # ------------------------------------------------------------------ settings
 
@@ -443,7 +485,9 @@ class Trainer:
                 if progress and task is not None:
                     progress.update(task, advance=1, loss=m["loss"])
                 if self.cfg.save_every and step % self.cfg.save_every == 0 and step < self.total_steps:
-                    self.save(self.out_dir / f"checkpoint-{step}")
+                    path = self.save(self.out_dir / f"checkpoint-{step}")
+                    if self.stop_at is not None and self.stop_at(path, step):
+                        break
         finally:
             if progress:
                 progress.stop()
@@ -503,9 +547,12 @@ class Trainer:
             dist.destroy_process_group()
 
 
-def train(config: TrainConfig, samples: SampleSet | Sequence[Sample]) -> TrainResult:
-    """Train ``config.model_dir`` on ``samples`` with ``config.algorithm``; see the module docstring."""
-    trainer = Trainer(config, samples)
+def train(config: TrainConfig, samples: SampleSet | Sequence[Sample], *, stop_at: StopAt | None = None) -> TrainResult:
+    """Train ``config.model_dir`` on ``samples`` with ``config.algorithm``; see the module docstring.
+
+    ``stop_at(checkpoint, step)``: called after each ``save_every`` checkpoint (one process); True ends the training
+    there (early stopping: the final checkpoint is then that step's weights)."""
+    trainer = Trainer(config, samples, stop_at=stop_at)
     try:
         return trainer.run()
     finally:

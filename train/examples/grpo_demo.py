@@ -1,0 +1,437 @@
+"""Reinforcement learning through the engine, on the CPU: GRPO makes a tiny Qwen-VL better on boards it never saw.
+
+The task family is the colour board (:mod:`train.examples.colour_board`): "Click the red square, then Submit." on a
+4 x 2 grid of cells whose layout varies (where the red square is, which other colours stand where). Layouts are
+split into disjoint sets: demonstrations, validation, RL training and a held-out evaluation that nothing trains on.
+
+1. A tiny random Qwen3-VL-architecture model is built offline (:func:`policy.tiny_models.build_tiny_model`).
+2. Behaviour-cloning warm start on a careless demonstrator (:func:`careless_demonstrations`): it picks the red
+   square every time, then answers "done" instead of pressing Submit in most of its attempts. The scripted policy
+   plays the boards through the engine, its runs become demonstrations in the model's reply format
+   (:mod:`train.demos`), and the trainer fits the picks until the validation boards show them learnt, then every
+   step (:func:`warm_start`). The warm-started policy finds the red square and then mostly stops short: a partial
+   success, S0, measured on the held-out boards in step 3.
+3. Three runs of the RL loop (:func:`train.loop.run_loop`, exactly as ``webgym-engine train CONFIG`` runs it;
+   each run's config is written to the work directory) from that checkpoint, with the same layouts, seeds and
+   budget: GRPO in ``mode = "async"``, the policy served by the stand-in for vLLM (``policy = "stand_in"``:
+   :mod:`policy.served_stand_in`, the OpenAI API and vLLM's weight-transfer endpoints over real HTTP), new weights
+   pushed after every update, staleness bound 1, decoupled importance sampling:
+
+   - ``grpo``: AsyncWebRL's ``1/k`` normaliser;
+   - ``control``: the same, with the rewards shuffled inside each group (the updates keep their sizes and carry
+     no reward signal): it must not rise;
+   - ``tau``: the ``1/|tau|`` normaliser (AsyncWebRL reports that ``1/k`` shortens episodes at equal success).
+
+   Each run's loop evaluates the held-out boards before its first update (S0) and after its last (S1), one
+   episode per board at the rollouts' temperature (1.0): the success of the policy as it acts.
+4. The result (:meth:`DemoResult.to_dict`): S0, S1 and the gain of each run with its 95% interval (paired over the
+   held-out boards), mean episode lengths, and every iteration's figures (success, episode length, importance
+   weight, clip and dropped-token fractions, staleness, policy version).
+
+Run: ``python -m train.examples.grpo_demo [--work DIR] [--json FILE]``; ``python -m bench.grpo_demo`` stores the
+result in ``docs/benchmarks/grpo_demo.json`` with its plot. ``--quick`` is the test suite's smaller version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import math
+import random
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from train.examples import colour_board
+
+#: A one-line system prompt and a first message without the URL (the default ones are long, and the URL would
+#: name the layout): short sequences for a CPU.
+TEMPLATES = {"system": "You are a web agent. Reply with Action: and one <tool_call>.\n", "first_user": "Task: $task"}
+RUNS = ("grpo", "control", "tau")  # see the module docstring
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Sizes and settings of the demonstration (the defaults are the full run; :meth:`quick` the tests')."""
+
+    red_cell: int | None = None  # colour_board.Boards: None, the red square anywhere; a cell, always there
+    demo_boards: int = 200
+    validation_boards: int = 64
+    train_boards: int = 32
+    heldout_boards: int = 128
+    # The model
+    arch: str = "qwen3_vl"
+    hidden_size: int = 128
+    layers: int = 2
+    max_pixels: int = 32 * 32 * 40  # 8 x 5 image tokens for a 1280 x 720 screenshot
+    model_seed: int = 0
+    # Behaviour cloning on a careless demonstrator: it picks the red square every time, then answers instead of
+    # pressing Submit in a share `careless` of its attempts (see careless_demonstrations). The warm start learns the
+    # picks until its greedy first click picks the red square on `warm_start_accuracy` of the validation boards,
+    # then settles on every step (see warm_start).
+    careless: float = 0.5
+    # The share of demonstration boards whose second step (the finish) is trained on: the pick is what takes a tiny
+    # model long to learn, and the finish is learnt from a few dozen boards.
+    finish_share: float = 0.3
+    warm_start_accuracy: float = 0.9
+    bc_max_steps: int = 500
+    bc_settle_steps: int = 100
+    bc_check_every: int = 25
+    bc_lr: float = 2e-3
+    bc_batch: int = 16
+    # GRPO
+    iterations: int = 10
+    group_size: int = 8
+    groups_per_iteration: int = 8
+    lr: float = 1e-4
+    batch_size: int = 16
+    step_cap: int = 3
+    staleness: int = 1
+    concurrency: int = 16
+    runs: tuple[str, ...] = RUNS
+    cpu_threads: int = 1
+
+    @property
+    def boards(self) -> colour_board.Boards:
+        return colour_board.Boards(self.red_cell)
+
+    @classmethod
+    def quick(cls) -> DemoConfig:
+        """The test suite's version: the red square always in the first cell (the pick is learnt at once, which is
+        most of the warm start's time), fewer boards, the GRPO run and its control."""
+        return cls(red_cell=0, demo_boards=64, validation_boards=24, train_boards=16, heldout_boards=48,
+                   bc_max_steps=100, bc_settle_steps=60, iterations=6, groups_per_iteration=6, runs=("grpo", "control"))
+
+
+@dataclass
+class RunSummary:
+    """One RL run: held-out success before (S0) and after (S1) with the paired gain, and its iterations."""
+
+    name: str
+    config: str  # the `webgym-engine train` config it ran
+    start: dict[str, Any]  # train.evaluation.Evaluation.to_dict(), without per-task lists
+    end: dict[str, Any]
+    gain: dict[str, Any]  # train.evaluation.PairedGain.to_dict()
+    iterations: list[dict[str, Any]]
+    wall_s: float
+
+
+@dataclass
+class DemoResult:
+    """What :func:`run_demo` measured."""
+
+    config: DemoConfig
+    warm_start: dict[str, Any]  # steps trained, validation success at each checkpoint, the chosen one
+    runs: dict[str, RunSummary]
+    times_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": asdict(self.config), "warm_start": self.warm_start,
+                "runs": {k: asdict(v) for k, v in self.runs.items()}, "times_s": self.times_s}
+
+    def report(self) -> str:
+        w, v = self.warm_start, self.warm_start["validation"]
+        lines = [f"warm start: {w['pick_steps']} + {w['settle_steps']} behaviour-cloning steps; on the validation "
+                 f"boards: picks {v['accuracy']:.0%}, submits {v['submit']:.0%}, estimated success {v['success']:.0%}"]
+        for name, run in self.runs.items():
+            s0, s1, g = run.start, run.end, run.gain
+            lines.append(f"{name:8s} S0 {s0['success_rate']:.1%} -> S1 {s1['success_rate']:.1%}: gain "
+                         f"{g['gain']:+.3f} [95% {g['interval_95'][0]:+.3f}, {g['interval_95'][1]:+.3f}] over "
+                         f"{g['tasks']} boards ({g['episodes']} episodes); mean steps {s0['mean_steps']:.2f} -> "
+                         f"{s1['mean_steps']:.2f}; {run.wall_s:.0f} s")
+        lines.append("times: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.times_s.items()))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- phases
+
+
+def agent_table(work: Path) -> dict[str, Any]:
+    """The agent protocol of every phase (``[train.agent]``): coordinates on the 0..1000 grid, the vanilla reply,
+    no screenshot history, :data:`TEMPLATES`."""
+    path = work / "templates.json"
+    path.write_text(json.dumps(TEMPLATES), encoding="utf-8")
+    return {"response_format": "vanilla", "window": 0, "template_file": str(path)}
+
+
+async def scripted_runs(task_files: Sequence[Path], out: Path, base_url: str) -> list[Path]:
+    """The scripted policy (the boards' reference solutions) on each task file; their run directories."""
+    from engine.config import RunConfig
+    from engine.runner import run
+    from policy.registry import make_policy
+
+    dirs = []
+    for tasks in task_files:
+        cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=8, workers=1, telemetry=None)
+        _, run_dir = await run(cfg, make_policy("scripted"), base_url)
+        dirs.append(Path(run_dir))
+    return dirs
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The warm start's check on the validation boards, without episodes: the model's replies to the prompts of the
+    careful demonstrations' two steps (greedy for the pick, sampled at temperature 1 for the finish, as the rollouts
+    sample)."""
+
+    accuracy: float  # greedy first clicks on the red cell
+    submit: float  # sampled second replies that click Submit
+    success: float  # boards with both: an estimate of the rollouts' success
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def validate(model_dir: Path, boards: list[tuple[dict[str, Any], Path, int]], seed: int) -> Validation:
+    """:class:`Validation` of ``model_dir`` on ``boards`` (a careful demonstration's record, its run directory, the
+    red cell)."""
+    from engine.agent.coords import CoordFrame, parse_action
+    from engine.model_api import ChatRequest, SamplingParams
+    from engine.store import frame_file
+    from policy.hf_backend import HFModel
+
+    def request(record: dict[str, Any], run_dir: Path, index: int, temperature: float) -> ChatRequest:
+        step = record["steps"][index]
+        images = {p["image"]: frame_file(run_dir, p["image"]).read_bytes()
+                  for m in step["messages"] for p in m["content"] if isinstance(p, dict) and "image" in p}
+        messages = [{"role": "system", "content": record["system_prompt"]}, *step["messages"]]
+        return ChatRequest(f"{record['episode_id']}/{index}", messages, images,
+                           SamplingParams(temperature=temperature, max_tokens=128, seed=seed))
+
+    async def replies() -> tuple[list[str], list[str]]:
+        model = HFModel(str(model_dir), device="cpu", max_batch=32)
+        await model.start()
+        try:
+            picks = [request(r, d, 0, 0.0) for r, d, _ in boards]
+            finishes = [request(r, d, 1, 1.0) for r, d, _ in boards]
+            texts = [g.text for g in await asyncio.gather(*(model.generate(q) for q in [*picks, *finishes]))]
+            return texts[:len(boards)], texts[len(boards):]
+        finally:
+            await model.close()
+
+    frame = CoordFrame("grid", *colour_board.VIEWPORT)
+    picked, submitted = [], []
+    for pick, finish, (_, _, goal) in zip(*asyncio.run(replies()), boards, strict=True):
+        action, _ = parse_action(pick, frame)
+        picked.append(action.x is not None and colour_board.cell_at(action.x, action.y) == goal)
+        action, _ = parse_action(finish, frame)
+        submitted.append(action.x is not None and colour_board.on_submit(action.x, action.y))
+    n = max(1, len(boards))
+    both = sum(a and b for a, b in zip(picked, submitted, strict=True))
+    return Validation(sum(picked) / n, sum(submitted) / n, both / n)
+
+
+def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: Any, resize: dict[str, int]) -> Any:
+    """The warm start's samples: a careless demonstrator's steps on the demonstration boards.
+
+    The scripted policy picked the red square and pressed Submit on every board (``demo_run``). The careless
+    demonstrator does the same, except that in a share ``cfg.careless`` of its attempts it answers "done" after the
+    pick instead of pressing Submit (the episode ends unrewarded). Its second step sees the page the pick left, so
+    it has the same prompt either way: each of the ``finish_share`` boards trained on the finish gives two samples
+    of that prompt, the Submit click weighted ``1 - careless`` and the answer weighted ``careless``. That is the
+    data of many attempts per board, without running them, and it cannot be learnt board by board: its best fit
+    is the demonstrator's own mixture, so the warm start's rollouts submit in about ``1 - careless`` of them."""
+    from engine.store import read_manifest, read_records
+    from train.demos import demonstration_record
+    from train.samples import SampleSet, samples_from_records
+
+    rng = random.Random(cfg.model_seed)
+    manifest = read_manifest(demo_run)
+    careful, answered = [], []
+    for record in read_records(demo_run):
+        careful.append(demonstration_record(record, demo_run, agent, resize=resize, manifest=manifest))
+        if rng.random() < cfg.finish_share:
+            careless = copy.deepcopy(record)
+            careless["steps"] = careless["steps"][:2]
+            careless["steps"][1]["action"] = {"name": "answer", "text": "done"}
+            answered.append(demonstration_record(careless, demo_run, agent, resize=resize, manifest=manifest))
+    finishes = {str(r["episode_id"]) for r in answered}
+
+    def submit(_run: int, record: dict[str, Any], step: dict[str, Any]) -> float | None:
+        if step.get("step") == 0:
+            return 1.0
+        return 1.0 - cfg.careless if str(record["episode_id"]) in finishes else None
+
+    def answer(_run: int, _record: dict[str, Any], step: dict[str, Any]) -> float | None:
+        return cfg.careless if step.get("step") == 1 else None
+
+    out = SampleSet()
+    samples_from_records(proc, careful, demo_run, select=submit, out=out)
+    samples_from_records(proc, answered, demo_run, select=answer, out=out)
+    return out
+
+
+def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, validation_run: Path,
+               agent: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """Behaviour cloning on the careless demonstrations (:func:`careless_demonstrations`), in two phases: the picks
+    alone until the validation check (:func:`validate`, every ``bc_check_every`` steps, at most ``bc_max_steps``)
+    finds them learnt (``warm_start_accuracy``), then every step (picks and finishes) for ``bc_settle_steps`` at a
+    quarter of the rate, so that the finish settles near the demonstrator's mixture (the pick, what takes a tiny
+    model long, learns faster alone). The checkpoint and its figures."""
+    from engine.agent.prompts import AgentConfig
+    from train.config import TrainConfig
+    from train.demos import demonstration_records
+    from train.samples import Processing, SampleSet
+    from train.trainer import train
+
+    proc = Processing.load(model_dir)
+    resize = {"factor": proc.vision.factor, "min_pixels": proc.vision.min_pixels, "max_pixels": proc.vision.max_pixels}
+    agent_cfg = AgentConfig(**agent)
+    samples = careless_demonstrations(cfg, proc, demo_run, agent_cfg, resize)
+    picks = SampleSet([x for x in samples.samples if x.step == 0])
+    goals = {colour_board.task_id(s): cfg.boards.layout(s).goal_cell
+             for s in cfg.boards.split(cfg_sizes(cfg))[1]}
+    boards = [(r, validation_run, goals[r["task"]["task_id"]])
+              for r in demonstration_records(validation_run, agent_cfg, only_success=True, resize=resize)]
+    checks: list[dict[str, Any]] = []
+
+    def stop_at(checkpoint: Path, step: int) -> bool:
+        v = validate(checkpoint, boards, cfg.model_seed)
+        checks.append({"step": step, **v.to_dict()})
+        return v.accuracy >= cfg.warm_start_accuracy
+
+    def config(model: Path, out: str, lr: float, steps: int, save_every: int) -> TrainConfig:
+        return TrainConfig(model_dir=str(model), output_dir=str(work / out), algorithm="fbc", lr=lr, warmup_steps=10,
+                           schedule="constant", max_steps=steps, batch_size=cfg.bc_batch, save_every=save_every,
+                           save_dtype="float32", cpu_threads=cfg.cpu_threads, seed=cfg.model_seed, progress=False,
+                           log_every=10, tensorboard=False, plots=False, agent=agent_cfg)
+
+    imitated = train(config(model_dir, "warm-start-picks", cfg.bc_lr, cfg.bc_max_steps, cfg.bc_check_every), picks,
+                     stop_at=stop_at)
+    assert imitated.checkpoint is not None
+    settled = train(config(imitated.checkpoint, "warm-start", cfg.bc_lr / 4, cfg.bc_settle_steps, 0), samples)
+    assert settled.checkpoint is not None
+    final = validate(settled.checkpoint, boards, cfg.model_seed)
+    return settled.checkpoint, {"demonstrations": len(samples.samples), "pick_steps": imitated.steps,
+                                "settle_steps": settled.steps, "checks": checks, "validation": final.to_dict(),
+                                "picks_learnt": bool(checks) and checks[-1]["accuracy"] >= cfg.warm_start_accuracy}
+
+
+def loop_config(cfg: DemoConfig, name: str, work: Path, checkpoint: Path, train_tasks: Path, heldout: Path,
+                agent: dict[str, Any]) -> Path:
+    """The ``webgym-engine train`` config of run ``name`` (see :data:`RUNS`), written to ``work/NAME.toml``."""
+    loop = {"tasks": str(train_tasks), "iterations": cfg.iterations, "mode": "async", "staleness": cfg.staleness,
+            "samples_per_task": cfg.group_size, "batch_groups": cfg.groups_per_iteration,
+            "concurrency": cfg.concurrency, "workers": 1, "policy": "stand_in", "device": "cpu",
+            "max_batch": cfg.concurrency, "temperature": 1.0, "top_p": 1.0, "max_tokens": 128,
+            "step_caps": [cfg.step_cap] * 3, "eval_tasks": str(heldout), "eval_samples": 1,
+            "eval_temperature": 1.0, "output_dir": str(work / name)}
+    trainer = {"model_dir": str(checkpoint), "algorithm": "grpo", "lr": cfg.lr, "warmup_steps": 0,
+               "schedule": "constant", "epochs": 1, "batch_size": cfg.batch_size, "max_grad_norm": 1.0,
+               "normaliser": "1/|tau|" if name == "tau" else "1/k", "k": 10.0, "is_cap": 5.0, "clip": 0.2,
+               "dual_clip": 3.0, "shuffle_rewards": name == "control", "save_dtype": "float32",
+               "cpu_threads": cfg.cpu_threads, "seed": cfg.model_seed, "progress": False, "tensorboard": False,
+               "plots": False}
+    path = work / f"{name}.toml"
+    path.write_text(f"# {name}: written by python -m train.examples.grpo_demo; run with webgym-engine train {path}\n"
+                    + _toml(loop) + "\n[train]\n" + _toml(trainer) + "\n[train.agent]\n" + _toml(agent),
+                    encoding="utf-8")
+    return path
+
+
+def summarise_run(name: str, config: Path, result: Any, wall_s: float) -> RunSummary:
+    """A :class:`RunSummary` of one loop's :class:`train.loop.LoopResult`."""
+    from train.evaluation import paired_gain
+
+    start, end = result.evaluations
+    keep = ("iteration", "version", "episodes", "success_rate", "mean_steps", "samples", "mean_is_weight",
+            "clip_frac", "dropped_frac", "max_staleness", "mean_staleness", "versions_seen", "groups_trained",
+            "excluded", "reruns", "wait_s", "train_s")
+    iterations = [{k: getattr(r, k) for k in keep} for r in result.iterations]
+
+    def brief(e: Any) -> dict[str, Any]:
+        return {k: v for k, v in e.to_dict().items() if k != "per_task"}
+
+    return RunSummary(name, str(config), brief(start), brief(end), paired_gain(start, end).to_dict(), iterations,
+                      wall_s)
+
+
+def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
+    """Steps 1-4 of the module docstring in ``work``; returns the figures."""
+    import torch
+
+    from engine.sites.server import SiteServer
+    from policy.tiny_models import build_tiny_model
+    from train.loop import LoopConfig, run_loop
+
+    cfg = cfg or DemoConfig()
+    work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.cpu_threads)  # a model this small runs fastest on one thread of a small CPU
+    times: dict[str, float] = {}
+    try:
+        demo_seeds, validation_seeds, train_seeds, heldout_seeds = cfg.boards.split(cfg_sizes(cfg))
+        cap = {"max_steps": cfg.step_cap}
+        boards = cfg.boards
+        files = {"demo": boards.write_tasks(work / "demo.jsonl", demo_seeds, max_steps=2),
+                 "validation": boards.write_tasks(work / "validation.jsonl", validation_seeds, max_steps=2),
+                 "train": boards.write_tasks(work / "train.jsonl", train_seeds, **cap),
+                 "heldout": boards.write_tasks(work / "heldout.jsonl", heldout_seeds, **cap)}
+        agent = agent_table(work)
+        t0 = time.perf_counter()
+        with SiteServer() as server:
+            demo_run, validation_run = asyncio.run(scripted_runs([files["demo"], files["validation"]],
+                                                                 work / "scripted", server.base_url))
+        times["demonstrations"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        model_dir = build_tiny_model(work / "model", cfg.arch, cfg.model_seed, hidden_size=cfg.hidden_size,
+                                     num_layers=cfg.layers, max_pixels=cfg.max_pixels,
+                                     corpus=[f"Task: {colour_board.INSTRUCTION}"])
+        checkpoint, warm = warm_start(cfg, work, model_dir, demo_run, validation_run, agent)
+        times["warm start"] = time.perf_counter() - t0
+        runs: dict[str, RunSummary] = {}
+        for name in cfg.runs:
+            config = loop_config(cfg, name, work, checkpoint, files["train"], files["heldout"], agent)
+            t0 = time.perf_counter()
+            result = asyncio.run(run_loop(LoopConfig.load(config)))
+            times[f"run {name}"] = time.perf_counter() - t0
+            runs[name] = summarise_run(name, config, result, times[f"run {name}"])
+        return DemoResult(cfg, warm, runs, times)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def cfg_sizes(cfg: DemoConfig) -> tuple[int, int, int, int]:
+    """The four layout sets' sizes: demonstrations, validation, training, held out."""
+    return cfg.demo_boards, cfg.validation_boards, cfg.train_boards, cfg.heldout_boards
+
+
+def _toml(table: dict[str, Any]) -> str:
+    """Flat TOML for ``table`` (strings, numbers, booleans, lists of them)."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"TOML has no {v}")
+        if isinstance(v, list | tuple):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)  # a JSON string or number is a TOML one
+
+    return "".join(f"{k} = {value(v)}\n" for k, v in table.items())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: run the demonstration, print its figures, write them as JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work", type=Path, default=None, help="working directory (default: a temporary one)")
+    parser.add_argument("--json", type=Path, default=None, help="write the result here (default: WORK/grpo_demo.json)")
+    parser.add_argument("--quick", action="store_true", help="the test suite's smaller version")
+    args = parser.parse_args(argv)
+    cfg = DemoConfig.quick() if args.quick else DemoConfig()
+    with tempfile.TemporaryDirectory(prefix="grpo-demo-") as tmp:
+        work = args.work or Path(tmp)
+        result = run_demo(work, cfg)
+        print(result.report())
+        out = args.json or work / "grpo_demo.json"
+        out.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+        print(f"figures: {out}")
+
+
+if __name__ == "__main__":
+    main()
