@@ -15,10 +15,10 @@ from typing import Any
 import click
 from rich.console import Console
 
-from bench.cli import bench as bench_cmd
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.console_streams import keep_going_without_a_console
+from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
@@ -66,7 +66,7 @@ def _step_caps(text: str | None) -> tuple[int, int, int] | None:
     return easy, medium, hard
 
 
-@click.group()
+@click.group(cls=LazyGroup, lazy={"bench": "bench.cli:bench"})  # the benchmarks load only when run
 @click.version_option(package_name="webgym-engine")
 def main() -> None:
     """webgym-engine: fast asynchronous rollouts for visual web agents."""
@@ -367,7 +367,6 @@ async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge 
 main.add_command(tasks_group)
 main.add_command(serve_cmd)
 main.add_command(workers_cmd)
-main.add_command(bench_cmd)
 main.add_command(monitor)
 main.add_command(view_cmd)
 main.add_command(export_cmd)

@@ -67,3 +67,13 @@ def test_run_warns_at_start_of_tasks_nothing_can_reward_and_counts_them_unreward
 def test_resume_needs_a_run_directory(tmp_path: Path) -> None:
     res = cli("run", "--resume", str(tmp_path), cwd=tmp_path)
     assert res.returncode != 0 and "not a run directory" in res.stderr
+
+
+def test_the_command_line_starts_without_the_benchmarks() -> None:
+    # A fresh interpreter: the benchmark suite is imported by `webgym-engine bench` alone, not by the CLI's start.
+    probe = ("import sys, click, cli.main\n"
+             "assert not [m for m in sys.modules if m == 'bench' or m.startswith('bench.')], 'bench imported'\n"
+             "cmd = cli.main.main.get_command(click.Context(cli.main.main), 'bench')\n"
+             "assert cmd is not None and cmd.name == 'bench' and 'bench.cli' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
