@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 # Chromium's headless shell (Debian's chromium-headless-shell; Playwright's own default for headless runs): the same
 # Blink and V8 without the desktop browser's layer, so contexts, pages and navigations cost a third to nearly half
-# less CPU (docs/internals.md, "The browser build"). The full browser (FULL_CHROMIUM, `--chromium`) stays usable,
+# less CPU (docs/architecture.md, "The browser build"). The full browser (FULL_CHROMIUM, `--chromium`) stays usable,
 # e.g. on the open web where a site may need what only it has.
 DEFAULT_CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 FULL_CHROMIUM = "/usr/lib/chromium/chromium"
