@@ -42,6 +42,7 @@ from engine.rollout import EpisodeStatus, Rollout, RolloutContext, RolloutSettin
 from engine.sites.server import SiteServer
 from engine.stats import RunStats
 from engine.store import RunStore, StoreFailed, episode_key, merge_judgement
+from engine.stragglers import StragglerCut, straggler_reason
 from engine.tasks import Task
 from engine.telemetry import TelemetryPublisher, resolve_endpoint
 
@@ -386,7 +387,7 @@ class EngineCore:
                 return job.result()  # the record, or StoreFailed: the run directory could not be written
             if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
                 raise asyncio.CancelledError
-            await rollout.end_with_error("straggler", self._straggler_reason)
+            await rollout.end_with_error("straggler", straggler_reason(self.cfg))
         assert rollout.record is not None
         return rollout.record
 
@@ -445,7 +446,7 @@ class EngineCore:
             return
         try:
             if rollout.cut_requested:
-                await rollout.end_with_error("straggler", self._straggler_reason)
+                await rollout.end_with_error("straggler", straggler_reason(self.cfg))
             elif not await self._skipped_as_blocked(rollout) and await self._policy_started(rollout):
                 await self.run_episode(rollout, self._redelivery(rollout))
                 self._note_block(rollout)
@@ -560,26 +561,26 @@ class EngineCore:
             except Exception:  # noqa: BLE001 - a caller's hook
                 log.exception("a record hook failed on episode %s", rollout.episode_id)
 
-    @property
-    def _straggler_reason(self) -> str:
-        return (f"straggler: cut {self.cfg.straggler_grace_s:g} s after {self.cfg.straggler_fraction or 0:.0%} "
-                "of the run had finished")
-
     def watch_stragglers(self, rollouts: list[Rollout]) -> asyncio.Task[None] | None:
         """With ``cfg.straggler_fraction`` set (asynchronous mode): a task that cuts the last of ``rollouts``
-        (cancel it once they all have records); None when stragglers are not cut."""
-        if self.cfg.straggler_fraction is None or self.cfg.mode != "async":
+        (:class:`engine.stragglers.StragglerCut`; cancel it once they all have records); None when stragglers are
+        not cut."""
+        cutter = StragglerCut.for_run(self.cfg, len(rollouts))
+        if cutter is None:
             return None
-        return asyncio.ensure_future(self._cut_stragglers(rollouts))
+        remaining = {r for r in rollouts if not r.finished}
+        for _ in range(len(rollouts) - len(remaining)):
+            cutter.count_end()
 
-    async def _cut_stragglers(self, rollouts: list[Rollout]) -> None:
-        """Once the set fraction of episodes has a record, wait the grace period, then stop the rest."""
-        assert self.cfg.straggler_fraction is not None
-        need = self.cfg.straggler_fraction * len(rollouts)
-        while sum(r.finished for r in rollouts) < need:
-            await self.stats.wait_for_episode()
-        await asyncio.sleep(self.cfg.straggler_grace_s)
-        self.cut(rollouts)
+        def on_record(rollout: Rollout, _record: dict[str, Any]) -> None:
+            if rollout in remaining:  # once: a judged record comes again with its verdict
+                remaining.discard(rollout)
+                cutter.count_end()
+
+        forget = self.on_record(on_record)
+        task = asyncio.ensure_future(cutter.run(lambda: remaining, self.cut))
+        task.add_done_callback(lambda _: forget())  # also when cancelled before it ran
+        return task
 
     async def _stop_when_the_store_fails(self) -> None:
         """Once the run directory cannot be written, stop the runners: the episodes they run could not be recorded

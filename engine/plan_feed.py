@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from engine.stragglers import StragglerCut
+
 if TYPE_CHECKING:
     from engine.core import EngineCore
     from engine.rollout import Rollout, RolloutContext
@@ -40,10 +42,7 @@ class PlanFeeder:
         self._live: set[Rollout] = set()
         self._ended = 0
         self._all_ended = asyncio.Event()
-        self._enough_ended = asyncio.Event()  # the straggler fraction of the plan has its records
-        fraction = core.cfg.straggler_fraction if core.cfg.mode == "async" else None
-        self._enough = None if fraction is None else fraction * len(plan)
-        self._cutting = False
+        self._cutter = StragglerCut.for_run(core.cfg, len(plan))
 
     async def run(self) -> None:
         """Until every episode of the plan has its record and the record hooks have seen it (cancelled: the
@@ -51,12 +50,14 @@ class PlanFeeder:
         if not self.plan:
             return
         forget = self.core.on_record(self._on_record)
-        cutter = asyncio.ensure_future(self._cut_stragglers()) if self._enough is not None else None
+        cutter = None if self._cutter is None else asyncio.ensure_future(self._cutter.run(lambda: self._live,
+                                                                                           self.core.cut))
         try:
             for task, sample, episode_id in self.plan:
                 await self._places.acquire()
                 rollout = self.core.rollout(self.ctx, task, sample, announce=False, episode_id=episode_id)
-                rollout.cut_requested = self._cutting  # past the straggler cut: ends with a straggler record
+                # Past the straggler cut: ends with a straggler record.
+                rollout.cut_requested = self._cutter is not None and self._cutter.cutting
                 self._live.add(rollout)
                 self.core.enqueue(rollout)
             await self._all_ended.wait()
@@ -73,15 +74,7 @@ class PlanFeeder:
         self._live.discard(rollout)
         self._places.release()
         self._ended += 1
-        if self._enough is not None and self._ended >= self._enough:
-            self._enough_ended.set()
+        if self._cutter is not None:
+            self._cutter.count_end()
         if self._ended == len(self.plan):
             self._all_ended.set()
-
-    async def _cut_stragglers(self) -> None:
-        """Once the set fraction of the plan has its records, wait the grace period, then stop the rest: those
-        running or queued now, and those fed from then on."""
-        await self._enough_ended.wait()
-        await asyncio.sleep(self.core.cfg.straggler_grace_s)
-        self._cutting = True
-        self.core.cut(list(self._live))

@@ -7,7 +7,6 @@ nothing scored, a blocked site or an error is no failure of the agent's."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from array import array
 from collections import Counter, deque
@@ -80,12 +79,9 @@ class RunStats:
                 out[name] = (round(float(p50), 1), round(float(p95), 1), len(window))
         return out
 
-    _episode_done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
     def record_episode(self, status: str) -> None:
         """An episode has its record, of ``status`` (a record status)."""
         self.outcomes[status] += 1
-        self._episode_done.set()
 
     def record_verdict(self, judgement: dict[str, Any]) -> None:
         """A judge verdict arrived for a pending episode: it moves to the verdict's status (success, failure,
@@ -96,11 +92,6 @@ class RunStats:
         if reward is not None:
             self.outcomes["judge_pending"] -= 1
             self.outcomes[reward_status(reward)] += 1
-
-    async def wait_for_episode(self) -> None:
-        """Return once another episode has its record."""
-        self._episode_done.clear()
-        await self._episode_done.wait()
 
     def move(self, old: str | None, new: str) -> None:
         if old is not None:

@@ -11,6 +11,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -331,3 +332,23 @@ async def test_an_env_episode_gets_the_judges_verdict_later(tmp_path: Path, site
         merged = await asyncio.wait_for(info["verdict"], 60)
     assert merged["status"] == "success" and merged["reward"]["source"] == "judge"
     assert read_records(core.run_dir)[0]["status"] == "success"  # type: ignore[arg-type]
+
+
+async def test_the_straggler_cutter_waits_for_its_fraction_then_the_grace_period() -> None:
+    from engine.stragglers import StragglerCut
+
+    live: set[Any] = {"a", "b", "c", "d"}  # names stand in for the rollouts: the cutter only hands them on
+    cuts: list[list[str]] = []
+    cutter = StragglerCut(total=4, fraction=0.75, grace_s=0.05)
+    task = asyncio.ensure_future(cutter.run(lambda: live, lambda rs: cuts.append(sorted(rs))))
+    for name in ("a", "b"):
+        live.discard(name)
+        cutter.count_end()
+    await asyncio.sleep(0.1)
+    assert not task.done() and not cutter.cutting  # 2 of 4 ended: under 75%
+    live.discard("c")
+    cutter.count_end()
+    await asyncio.wait_for(task, 2)
+    assert cutter.cutting and cuts == [["d"]]
+    assert StragglerCut.for_run(RunConfig(mode="sync", straggler_fraction=0.5), 4) is None  # lock-step: never
+    assert StragglerCut.for_run(RunConfig(), 4) is None  # not asked for
