@@ -68,7 +68,7 @@ def plot(path: Path, result: DemoResult) -> Path:
         for j, (when, ev) in enumerate((("S0", run.start), ("S1", run.end))):
             rate, (low, high) = ev["success_rate"], ev["interval_95"]
             left.bar(i * 3 + j, 100 * rate, color="tab:gray" if when == "S0" else "tab:blue",
-                     yerr=[[100 * (rate - low)], [100 * (high - rate)]], capsize=4)
+                     yerr=[[100 * max(0.0, rate - low)], [100 * max(0.0, high - rate)]], capsize=4)
         right.plot([it["iteration"] for it in run.iterations], [100 * it["success_rate"] for it in run.iterations],
                    marker="o", label=labels.get(name, name))
     left.set_xticks([i * 3 + 0.5 for i in range(len(result.runs))], [labels.get(n, n) for n in result.runs],

@@ -293,6 +293,37 @@ def rl_loop(store: Store) -> list[str]:
             f"{'says what holds it below' if below else 'has the method'})."]
 
 
+def grpo_demo(store: Store) -> list[str]:
+    """Reinforcement learning through the engine on the CPU (``bench.grpo_demo``)."""
+    d = need(store, "grpo_demo")
+    runs = d["runs"]
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    def gain(run: dict[str, Any]) -> str:
+        g = run["gain"]
+        low, high = g["interval_95"]
+        return f"{g['gain']:+.2f} [95% interval {low:+.2f} to {high:+.2f}]"
+
+    grpo = runs["grpo"]
+    parts = [f"held-out success rose from S0 {pct(grpo['start']['success_rate'])} to S1 "
+             f"{pct(grpo['end']['success_rate'])} with GRPO (1/k), a gain of {gain(grpo)} over "
+             f"{grpo['gain']['tasks']} boards never trained on ({grpo['gain']['episodes']} episodes)"]
+    if "control" in runs:
+        c = runs["control"]
+        parts.append(f"the control with the rewards shuffled in each group went from {pct(c['start']['success_rate'])} "
+                     f"to {pct(c['end']['success_rate'])} ({gain(c)})")
+    if "tau" in runs:
+        t = runs["tau"]
+        parts.append(f"with the 1/|tau| normaliser S1 was {pct(t['end']['success_rate'])} ({gain(t)}), episodes "
+                     f"{num_text(t['end']['mean_steps'])} steps long on average against "
+                     f"{num_text(grpo['end']['mean_steps'])} with 1/k")
+    return [f"Measured (`python -m bench.grpo_demo`, stored in "
+            f"[docs/benchmarks/grpo_demo.json](docs/benchmarks/grpo_demo.json), {num_text(d['wall_s'] / 60)} min on "
+            f"{d['machine'].get('cores')} cores): " + "; ".join(parts) + "."]
+
+
 def request_rules(store: Store) -> list[str]:
     """What refusing ads and trackers saves (``bench.request_rules``)."""
     d = need(store, "request_rules")
@@ -451,6 +482,7 @@ BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "async-prediction": async_prediction,
     "env-api": env_api,
     "rl-loop": rl_loop,
+    "grpo-demo": grpo_demo,
     "request-rules": request_rules,
     "omnibox": omnibox,
     "test-time": test_time,

@@ -2,7 +2,7 @@
 
 The smaller version of ``python -m train.examples.grpo_demo`` (:meth:`DemoConfig.quick`): a tiny Qwen3-VL built
 offline, a behaviour-cloning warm start on a careless demonstrator's runs of the colour board (it picks the red
-square, then mostly answers instead of pressing Submit; in this version the red square always stands in the first
+square, then often answers instead of pressing Submit; in this version the red square always stands in the first
 cell, so that the pick is learnt at once), then the RL loop twice from that checkpoint, in async mode with the
 stand-in for vLLM serving the policy over HTTP and every update pushed into it: GRPO, and GRPO on rewards shuffled
 inside each group. Each run is evaluated on held-out boards before and after. Real parts throughout: Chromium
@@ -25,7 +25,7 @@ def test_grpo_raises_held_out_success_and_shuffled_rewards_do_not(tmp_path: Path
     print(result.report())  # the figures, in the test's log
     warm = result.warm_start["validation"]
     assert warm["accuracy"] >= 0.9  # the warm start picks the red square ...
-    assert warm["submit"] <= 0.6  # ... and then mostly stops short of Submit: room to learn
+    assert warm["submit"] <= 0.6  # ... and then often stops short of Submit: room to learn
     grpo, control = result.runs["grpo"], result.runs["control"]
     assert 0.05 <= grpo.start["success_rate"] <= 0.6, grpo.start
     # GRPO: the held-out success rises, by far more than its 95% interval's half-width.

@@ -9,8 +9,9 @@ split into disjoint sets: demonstrations, validation, RL training and a held-out
    square every time, then answers "done" instead of pressing Submit in most of its attempts. The scripted policy
    plays the boards through the engine, its runs become demonstrations in the model's reply format
    (:mod:`train.demos`), and the trainer fits the picks until the validation boards show them learnt, then every
-   step (:func:`warm_start`). The warm-started policy finds the red square and then mostly stops short: a partial
-   success, S0, measured on the held-out boards in step 3.
+   step until the validation boards' estimated success is partial (:func:`warm_start`). The warm-started policy
+   finds the red square and then often stops short: a partial success, S0, measured on the held-out boards in
+   step 3.
 3. Three runs of the RL loop (:func:`train.loop.run_loop`, exactly as ``webgym-engine train CONFIG`` runs it;
    each run's config is written to the work directory) from that checkpoint, with the same layouts, seeds and
    budget: GRPO in ``mode = "async"``, the policy served by the stand-in for vLLM (``policy = "stand_in"``:
@@ -63,7 +64,7 @@ class DemoConfig:
     demo_boards: int = 200
     validation_boards: int = 64
     train_boards: int = 32
-    heldout_boards: int = 128
+    heldout_boards: int = 64
     # The model
     arch: str = "qwen3_vl"
     hidden_size: int = 128
@@ -73,7 +74,7 @@ class DemoConfig:
     # Behaviour cloning on a careless demonstrator: it picks the red square every time, then answers instead of
     # pressing Submit in a share `careless` of its attempts (see careless_demonstrations). The warm start learns the
     # picks until its greedy first click picks the red square on `warm_start_accuracy` of the validation boards,
-    # then settles on every step (see warm_start).
+    # then trains on every step until the validation boards' estimated success is partial (see warm_start).
     careless: float = 0.5
     # The share of demonstration boards whose second step (the finish) is trained on: the pick is what takes a tiny
     # model long to learn, and the finish is learnt from a few dozen boards.
@@ -83,6 +84,16 @@ class DemoConfig:
     bc_settle_steps: int = 100
     bc_check_every: int = 25
     bc_lr: float = 2e-3
+    # The settle phase stops at the first check (every `bc_settle_check_every` steps) whose estimated success on
+    # the validation boards lies in this band. Measured: a tiny model's finish does not settle at the
+    # demonstrator's mixture; it goes from never submitting (after the picks, which all start "Click") to nearly
+    # always, swinging on the way, and where it is after a fixed step count depends on the batches' order (from
+    # the demonstration runs' completion order). Early stopping on validation, not a step count, sets a partial S0;
+    # when no check falls in the band, the checked weights nearest to its centre are taken.
+    warm_start_success: tuple[float, float] | None = (0.12, 0.3)
+    bc_settle_check_every: int = 5
+    bc_settle_lr: float = 5e-4
+    bc_settle_batch: int = 64
     bc_batch: int = 16
     # GRPO
     iterations: int = 10
@@ -105,7 +116,8 @@ class DemoConfig:
         """The test suite's version: the red square always in the first cell (the pick is learnt at once, which is
         most of the warm start's time), fewer boards, the GRPO run and its control."""
         return cls(red_cell=0, demo_boards=64, validation_boards=24, train_boards=16, heldout_boards=48,
-                   bc_max_steps=100, bc_settle_steps=60, iterations=6, groups_per_iteration=6, runs=("grpo", "control"))
+                   bc_max_steps=100, bc_settle_steps=60, iterations=6, groups_per_iteration=6,
+                   runs=("grpo", "control"))
 
 
 @dataclass
@@ -233,9 +245,9 @@ def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: A
     demonstrator does the same, except that in a share ``cfg.careless`` of its attempts it answers "done" after the
     pick instead of pressing Submit (the episode ends unrewarded). Its second step sees the page the pick left, so
     it has the same prompt either way: each of the ``finish_share`` boards trained on the finish gives two samples
-    of that prompt, the Submit click weighted ``1 - careless`` and the answer weighted ``careless``. That is the
-    data of many attempts per board, without running them, and it cannot be learnt board by board: its best fit
-    is the demonstrator's own mixture, so the warm start's rollouts submit in about ``1 - careless`` of them."""
+    of that prompt, the Submit click weighted ``1 - careless`` and the answer weighted ``careless``: the data of
+    many attempts per board, without running them. (Its best fit would be the demonstrator's mixture; a tiny model
+    does not settle there within a warm start, see :attr:`DemoConfig.warm_start_success`.)"""
     from engine.store import read_manifest, read_records
     from train.demos import demonstration_record
     from train.samples import SampleSet, samples_from_records
@@ -270,9 +282,11 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
                agent: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """Behaviour cloning on the careless demonstrations (:func:`careless_demonstrations`), in two phases: the picks
     alone until the validation check (:func:`validate`, every ``bc_check_every`` steps, at most ``bc_max_steps``)
-    finds them learnt (``warm_start_accuracy``), then every step (picks and finishes) for ``bc_settle_steps`` at a
-    quarter of the rate, so that the finish settles near the demonstrator's mixture (the pick, what takes a tiny
-    model long, learns faster alone). The checkpoint and its figures."""
+    finds them learnt (``warm_start_accuracy``), then every step (picks and finishes) at a quarter of the rate
+    until a check (every ``bc_settle_check_every`` steps, at most ``bc_settle_steps``) estimates the validation
+    boards' success within ``warm_start_success`` with the picks still learnt (the pick, what takes a tiny model
+    long, learns faster alone; the finish moves from never submitting towards the demonstrator's mixture and
+    passes through the band). The checkpoint and its figures; every check is in ``checks``."""
     from engine.agent.prompts import AgentConfig
     from train.config import TrainConfig
     from train.demos import demonstration_records
@@ -290,26 +304,48 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
               for r in demonstration_records(validation_run, agent_cfg, only_success=True, resize=resize)]
     checks: list[dict[str, Any]] = []
 
-    def stop_at(checkpoint: Path, step: int) -> bool:
+    def check(phase: str, checkpoint: Path, step: int) -> Validation:
         v = validate(checkpoint, boards, cfg.model_seed)
-        checks.append({"step": step, **v.to_dict()})
-        return v.accuracy >= cfg.warm_start_accuracy
+        checks.append({"phase": phase, "step": step, "checkpoint": str(checkpoint), **v.to_dict()})
+        return v
 
-    def config(model: Path, out: str, lr: float, steps: int, save_every: int) -> TrainConfig:
+    def picks_learnt(checkpoint: Path, step: int) -> bool:
+        return check("picks", checkpoint, step).accuracy >= cfg.warm_start_accuracy
+
+    def partial_success(checkpoint: Path, step: int) -> bool:
+        v = check("settle", checkpoint, step)
+        if cfg.warm_start_success is None:
+            return False
+        low, high = cfg.warm_start_success
+        return low <= v.success <= high  # success: the pick and the Submit both right
+
+    def config(model: Path, out: str, lr: float, steps: int, save_every: int, batch: int) -> TrainConfig:
         return TrainConfig(model_dir=str(model), output_dir=str(work / out), algorithm="fbc", lr=lr, warmup_steps=10,
-                           schedule="constant", max_steps=steps, batch_size=cfg.bc_batch, save_every=save_every,
+                           schedule="constant", max_steps=steps, batch_size=batch, save_every=save_every,
                            save_dtype="float32", cpu_threads=cfg.cpu_threads, seed=cfg.model_seed, progress=False,
                            log_every=10, tensorboard=False, plots=False, agent=agent_cfg)
 
-    imitated = train(config(model_dir, "warm-start-picks", cfg.bc_lr, cfg.bc_max_steps, cfg.bc_check_every), picks,
-                     stop_at=stop_at)
+    imitated = train(config(model_dir, "warm-start-picks", cfg.bc_lr, cfg.bc_max_steps, cfg.bc_check_every,
+                            cfg.bc_batch), picks, stop_at=picks_learnt)
     assert imitated.checkpoint is not None
-    settled = train(config(imitated.checkpoint, "warm-start", cfg.bc_lr / 4, cfg.bc_settle_steps, 0), samples)
+    learnt = bool(checks) and checks[-1]["accuracy"] >= cfg.warm_start_accuracy
+    settled = train(config(imitated.checkpoint, "warm-start", cfg.bc_settle_lr, cfg.bc_settle_steps,
+                           cfg.bc_settle_check_every, cfg.bc_settle_batch), samples,
+                    stop_at=partial_success)
     assert settled.checkpoint is not None
-    final = validate(settled.checkpoint, boards, cfg.model_seed)
-    return settled.checkpoint, {"demonstrations": len(samples.samples), "pick_steps": imitated.steps,
-                                "settle_steps": settled.steps, "checks": checks, "validation": final.to_dict(),
-                                "picks_learnt": bool(checks) and checks[-1]["accuracy"] >= cfg.warm_start_accuracy}
+    last = checks[-1] if checks else {}
+    if (last.get("phase"), last.get("step")) != ("settle", settled.steps):  # no check fell in the band
+        check("settle", settled.checkpoint, settled.steps)
+        if cfg.warm_start_success is not None:  # the checked weights nearest to it
+            centre = sum(cfg.warm_start_success) / 2
+            last = min((c for c in checks if c["phase"] == "settle"), key=lambda c: abs(c["success"] - centre))
+        else:
+            last = checks[-1]
+    final = last
+    return Path(final["checkpoint"]), {"demonstrations": len(samples.samples), "pick_steps": imitated.steps,
+                                "settle_steps": final["step"], "checks": checks,
+                                "validation": {k: final[k] for k in ("accuracy", "submit", "success")},
+                                "picks_learnt": learnt}
 
 
 def loop_config(cfg: DemoConfig, name: str, work: Path, checkpoint: Path, train_tasks: Path, heldout: Path,
