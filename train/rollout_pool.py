@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from engine.api import RolloutService
 from engine.policy_api import Policy
@@ -35,7 +35,7 @@ from train.algorithms import is_trainable
 
 #: What the pool does with a member that ends without the task's verdict: run it again, or drop its group.
 InfraAction = Literal["rerun", "drop"]
-INFRA_ACTIONS: tuple[InfraAction, ...] = ("rerun", "drop")
+INFRA_ACTIONS: tuple[InfraAction, ...] = get_args(InfraAction)
 #: Members that no rerun can help: the site refuses the agent, or nothing can score the task.
 _NO_RERUN = ("blocked", "unrewarded")
 
