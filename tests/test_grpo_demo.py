@@ -3,10 +3,11 @@
 The smaller version of ``python -m train.examples.grpo_demo`` (:meth:`DemoConfig.quick`): a tiny Qwen3-VL built
 offline, a behaviour-cloning warm start on a careless demonstrator's runs of the colour board (it picks the red
 square, then often answers instead of pressing Submit; in this version the red square always stands in the first
-cell, so that the pick is learnt at once), then the RL loop twice from that checkpoint, in async mode with the
-stand-in for vLLM serving the policy over HTTP and every update pushed into it: GRPO, and GRPO on rewards shuffled
-inside each group. Each run is evaluated on held-out boards before and after. Real parts throughout: Chromium
-through the engine's workers, the bundled site's board page and its own reward, the trainer, the loop.
+cell, so that the pick is learnt at once; episodes have two steps, the pick and the finish), then the RL loop twice
+from that checkpoint, in async mode with the stand-in for vLLM serving the policy over HTTP and every update pushed
+into it: GRPO, and GRPO on rewards shuffled inside each group. Each run is evaluated on held-out boards before and
+after. Real parts throughout: Chromium through the engine's workers, the bundled site's board page and its own
+reward, the trainer, the loop.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def test_grpo_raises_held_out_success_and_shuffled_rewards_do_not(tmp_path: Path
     assert warm["submit"] <= 0.6  # ... and then often stops short of Submit: room to learn
     grpo, control = result.runs["grpo"], result.runs["control"]
     assert 0.05 <= grpo.start["success_rate"] <= 0.6, grpo.start
-    # GRPO: the held-out success rises, by far more than its 95% interval's half-width.
-    assert grpo.gain["gain"] >= 0.25 and grpo.gain["interval_95"][0] > 0.1, grpo.gain
+    # GRPO: the held-out success rises, with a 95% interval that excludes 0 (measured gains +0.35 to +0.54, their
+    # intervals' low ends +0.16 to +0.38).
+    assert grpo.gain["gain"] >= 0.2 and grpo.gain["interval_95"][0] > 0, grpo.gain
     # The control (same checkpoint, seeds and budget; rewards shuffled in each group) does not rise.
     assert control.gain["gain"] <= 0.1 and control.gain["interval_95"][0] <= 0, control.gain
     assert grpo.end["success_rate"] - control.end["success_rate"] >= 0.2
