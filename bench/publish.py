@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import posixpath
 import re
 import shutil
 import sys
@@ -30,6 +31,7 @@ from bench.suite import ROOT, SuiteResult, summary_rows
 
 OPEN = re.compile(r"<!-- figures: (?P<name>\S+) -->")
 CLOSE = "<!-- /figures -->"
+LINK = re.compile(r"\]\((?P<target>docs/[^)\s]*)\)")  # a Markdown link into docs/, as a block writes it
 PAGE = "benchmarks.md"  # generated whole, in the docs directory
 STORE = "benchmarks"  # the stored results, a folder of the docs directory
 
@@ -39,8 +41,17 @@ def load_store(folder: Path) -> Store:
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))}
 
 
-def replace_blocks(text: str, store: Store) -> str:
-    """``text`` with every figure block rendered again from ``store``; the lines outside the markers are kept as
+def rebase_links(text: str, folder: str) -> str:
+    """``text`` (a block, its links written from the project's root) with every link into ``docs/`` made relative
+    to ``folder``, the page's folder from the root (``""`` for the README, ``"docs"`` for a page in docs/)."""
+    if not folder:
+        return text
+    return LINK.sub(lambda m: f"]({posixpath.relpath(m['target'], folder)})", text)
+
+
+def replace_blocks(text: str, store: Store, folder: str = "") -> str:
+    """``text`` with every figure block rendered again from ``store``, its links made relative to ``folder`` (the
+    page's folder from the project's root, see :func:`rebase_links`); the lines outside the markers are kept as
     they are. A marker line is one that holds the marker alone."""
     out: list[str] = []
     lines = text.splitlines(keepends=True)
@@ -61,7 +72,7 @@ def replace_blocks(text: str, store: Store) -> str:
             end += 1
         if end == len(lines):
             raise FigureError(f"the figure block {opening['name']!r} (line {i}) has no {CLOSE}")
-        out.append(render_block(opening["name"], store))
+        out.append(rebase_links(render_block(opening["name"], store), folder))
         out.append(lines[end])
         i = end + 1
     return "".join(out)
@@ -77,7 +88,7 @@ def rendered_pages(docs: Path, readme: Path | None) -> dict[Path, str]:
             continue
         text = page.read_text(encoding="utf-8")
         if any(OPEN.fullmatch(line.strip()) for line in text.splitlines()):
-            pages[page] = replace_blocks(text, store)
+            pages[page] = replace_blocks(text, store, "" if page == readme else docs.name)
     return pages
 
 

@@ -270,6 +270,111 @@ def at_a_glance(store: Store) -> list[str]:
                                  image_path, model_batching)), *standalone_summaries(store)]
 
 
+# --- the README's headline table -----------------------------------------------------------------------------
+Row = tuple[str, str, str]  # what (with the stored file it comes from), value, goal (with met or missed)
+
+
+def _goal_cell(goal: str | None, met: bool | None) -> str:
+    if not goal:
+        return ""
+    return goal + ("" if met is None else (": met" if met else ": **missed**"))
+
+
+def _from(what: str, stem: str) -> str:
+    return f"{what} ([{stem}](docs/benchmarks/{stem}.json))"
+
+
+def _summary_row(store: Store, stem: str, name: str) -> dict[str, Any]:
+    for r in summary_of(need(store, stem)) or []:
+        if r["figure"] == name:
+            return r
+    raise FigureError(f"docs/benchmarks/{stem}.json has no summary row {name!r}")
+
+
+def _summary_cells(store: Store, stem: str, name: str, what: str) -> Row:
+    r = _summary_row(store, stem, name)
+    return _from(what, stem), summary_value(r), _goal_cell(r.get("goal"), r.get("met"))
+
+
+def _suite_span(store: Store, suite: str, pattern: str, what: str, unit: str = "") -> Row | None:
+    """The medians of ``suite``'s figures matching ``pattern`` that have a goal, as one range (None when the stored
+    run skipped the suite)."""
+    if need(store, suite).get("skipped"):
+        return None
+    figs = [f for _, f in _matching(need(store, suite), pattern, with_goal=True)]
+    verdicts = [f["met"] for f in figs if f.get("met") is not None]
+    return (_from(what, suite), span([f["median"] for f in figs], unit),
+            _goal_cell(_goals(figs), all(verdicts) if verdicts else None))
+
+
+def _browser_server(store: Store) -> Row:
+    d = need(store, "omnibox")
+    x = [v["x_original"] for v in d["results"].values()]
+    goal = d["goal"].partition(";")[0].strip()
+    target = re.search(r">= ([\d.]+)x", goal)
+    met = None if target is None else min(lo for lo, _ in x) >= float(target[1])
+    return (_from("WebGym's browser server API on its own workload: steps/s, this engine / the original", "omnibox"),
+            f"{min(lo for lo, _ in x):g}-{max(hi for _, hi in x):g}x", _goal_cell(goal, met))
+
+
+def _engine_alone(store: Store) -> Row:
+    rows = need(store, "engine_scale").get("rows") or []
+    if not rows:
+        raise FigureError("docs/benchmarks/engine_scale.json has no rows")
+    levels = [r["concurrency"] for r in rows]
+    return (_from(f"Engine alone on null workers, {num_text(min(levels))}-{num_text(max(levels))} rollouts",
+                  "engine_scale"), span([r["steps_per_s"] for r in rows], "steps/s"), "")
+
+
+def _image_path(store: Store) -> Row | None:
+    data = need(store, "codec")
+    if data.get("skipped"):
+        return None
+    fig = figure(data, "decode_resize.speedup_vs_pillow")
+    return (_from("Image path, decode + resize to the Qwen-VL grid: Pillow's time / the engine's", "codec"),
+            f"{num_text(fig['median'])}x", _goal_cell(fig.get("goal"), fig.get("met")))
+
+
+def _grpo(store: Store) -> Row:
+    low = _summary_row(store, "grpo_demo", "gain S1 - S0 (1/k): 95% interval, low end")
+    high = _summary_row(store, "grpo_demo", "gain S1 - S0 (1/k): 95% interval, high end")
+    gain = _summary_row(store, "grpo_demo", "gain S1 - S0 (1/k)")
+    s0 = _summary_row(store, "grpo_demo", "S0: held-out success after the warm start")
+    s1 = _summary_row(store, "grpo_demo", "S1: held-out success after GRPO (1/k)")
+    return (_from("GRPO on the CPU, held-out success: gain S1 - S0 [95% interval]", "grpo_demo"),
+            f"{gain['value']:+.2f} [{low['value']:+.2f}, {high['value']:+.2f}] ({num_text(s0['value'])}% -> "
+            f"{num_text(s1['value'])}%)", _goal_cell(f"{gain['goal']}, interval > 0", gain["met"] and low["met"]))
+
+
+def headline_rows(store: Store) -> list[Row]:
+    """The README's headline figures, one row each; a suite that the stored run skipped has none."""
+    soak = _summary_row(store, "soak", "episodes")
+    rows = [
+        _browser_server(store),
+        _suite_span(store, "ceiling", r"\w+\.c\d+\.ratio", "Engine / a bare CDP loop, steps/s on the same pages"),
+        _suite_span(store, "scaling", r"\w+\.c\d+\.engine_cpu_ms_per_step",
+                    "Engine CPU per step, instant policy, 8 to 256 rollouts", "ms"),
+        _suite_span(store, "scaling", r"\w+\.c128\.pss_per_rollout_mib",
+                    "Browser memory (PSS) per rollout, 128 rollouts", "MiB"),
+        _summary_cells(store, "async_live", "async / sync, whole batch, 32 rollouts",
+                       "Asynchronous / lock-step, live-web page loads, 32 rollouts"),
+        _engine_alone(store),
+        _image_path(store),
+        _grpo(store),
+        _summary_cells(store, "grpo_demo", "control's gain S1 - S0", "GRPO's control, rewards shuffled: gain"),
+        _summary_cells(store, "chaos", "tasks without a record",
+                       "Chaos run (workers and browsers killed, links cut): tasks without a record"),
+        _summary_cells(store, "soak", "engine process (USS) slope after warm-up",
+                       f"Soak, {num_text(soak['value'])} episodes: the engine's memory growth"),
+    ]
+    return [r for r in rows if r is not None]
+
+
+def headline(store: Store) -> list[str]:
+    """The README's one table of headline figures (figure | value | goal), each row naming its stored file."""
+    return [keep(line) for line in table(("figure", "value", "goal"), headline_rows(store))]
+
+
 # --- figures elsewhere in the README -------------------------------------------------------------------------
 def env_api(store: Store) -> list[str]:
     """The env API against ``run``'s rollouts (``bench.envs``)."""
@@ -289,8 +394,7 @@ def rl_loop(store: Store) -> list[str]:
             "[docs/benchmarks/rl_loop.json](docs/benchmarks/rl_loop.json)): "
             f"{num_text(d['sync']['iterations_per_min'])} vs {num_text(d['async']['iterations_per_min'])} "
             f"iterations/min, {num_text(d['ratio_async_sync'])}x, against a bound of {num_text(d['ratio_bound'])}x "
-            "for that mix of rollout and training time ([docs/training.md](docs/training.md#rl-with-a-served-model) "
-            f"{'says what holds it below' if below else 'has the method'})."]
+            f"for that mix of rollout and training time{' (what holds it below: next)' if below else ''}."]
 
 
 def grpo_demo(store: Store) -> list[str]:
@@ -319,9 +423,21 @@ def grpo_demo(store: Store) -> list[str]:
         parts.append(f"with the 1/|tau| normaliser S1 was {pct(t['end']['success_rate'])} ({gain(t)}), episodes "
                      f"{num_text(t['end']['mean_steps'])} steps long on average against "
                      f"{num_text(grpo['end']['mean_steps'])} with 1/k")
-    return [f"Measured (`python -m bench.grpo_demo`, stored in "
-            f"[docs/benchmarks/grpo_demo.json](docs/benchmarks/grpo_demo.json), {num_text(d['wall_s'] / 60)} min on "
-            f"{d['machine'].get('cores')} cores): " + "; ".join(parts) + "."]
+    lines = [f"Measured (`python -m bench.grpo_demo`, stored in "
+             f"[docs/benchmarks/grpo_demo.json](docs/benchmarks/grpo_demo.json), {num_text(d['wall_s'] / 60)} min on "
+             f"{d['machine'].get('cores')} cores): " + "; ".join(parts) + "."]
+    repeats = d.get("repeats") or []
+    if len(repeats) > 1:
+        g = [r["runs"]["grpo"] for r in repeats]
+        spread = (f"Over {len(repeats)} runs of the whole demonstration ({span([r['wall_s'] / 60 for r in repeats])} "
+                  f"min each): GRPO's gain {span([x['gain'] for x in g])}, its interval excluding 0 in "
+                  f"{sum(x['interval_95'][0] > 0 for x in g)}")
+        if all("control" in r["runs"] for r in repeats):
+            c = [r["runs"]["control"] for r in repeats]
+            spread += (f"; the control's gain {span([x['gain'] for x in c])}, its interval reaching 0 (no rise) in "
+                       f"{sum(x['interval_95'][0] <= 0 for x in c)}")
+        lines.append(spread + ".")
+    return lines
 
 
 def request_rules(store: Store) -> list[str]:
@@ -475,6 +591,7 @@ def test_time(store: Store) -> list[str]:
 
 
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {
+    "headline": headline,
     "at-a-glance": at_a_glance,
     "suite-goals": suite_goals,
     "async-levels": async_levels,
