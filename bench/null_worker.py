@@ -88,20 +88,22 @@ class NullWorker:
             self._ctx.destroy(linger=0)
 
     def _answer(self, req: P.Request) -> Any:
-        if req.op == "close":
+        operation = req.operation
+        if isinstance(operation, P.Close):
             self._open.pop(req.episode_id, None)
             return None
-        if req.op == "evaluate":
-            return [None] * len(req.args.get("exprs", []))
-        if req.op == "locate":
+        if isinstance(operation, P.Evaluate):
+            return [None] * len(operation.exprs)
+        if isinstance(operation, P.Locate):
             return {}
         step = self._open.get(req.episode_id, -1) + 1
         self._open[req.episode_id] = step
         jpeg = self.jpegs[step % 2]
         ref = self.ring.write(jpeg) if self.use_shm else None
-        url = req.args["url"] if req.op == "open" else f"{PAGE_URL}{step}"
-        return P.Observation(url, "null page", True, "quiet", WIDTH, HEIGHT, ref, None if ref else jpeg, {}, None,
-                             None, None, None, None if step == 0 else 0.05, None, 200)
+        url = operation.url if isinstance(operation, P.Open) else f"{PAGE_URL}{step}"
+        return P.Observation(url=url, title="null page", settled=True, settle="quiet", width=WIDTH, height=HEIGHT,
+                             frame=ref, frame_bytes=None if ref else jpeg, change=None if step == 0 else 0.05,
+                             status=200)
 
     async def _heartbeat(self) -> None:
         parent = os.getppid()

@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 import psutil
 import zmq
@@ -49,7 +49,7 @@ _REPAIR_EVENTS = frozenset({"reaped", "worker_rejoined"})
 MAX_FAILED_STARTS = 3
 MAX_SILENT = 256  # workers dropped for silence whose connection is remembered (they may speak again)
 MAX_ABANDONED = 4096  # abandoned requests remembered per worker (WorkerHandle.abandoned)
-_OBSERVING_OPS = frozenset({"open", "act", "observe"})  # the ops whose reply may hold a screenshot slot
+_OBSERVING_OPS = frozenset({P.Op.OPEN, P.Op.ACT, P.Op.OBSERVE})  # the ops whose reply may hold a screenshot slot
 
 
 class PoolError(RuntimeError):
@@ -186,45 +186,34 @@ class BrowserSession:
         ``probe_js``: an expression evaluated after the settle of every observation of the episode (the
         open and every act); its JSON value comes back in ``Observation.probe`` (``{"error": ...}`` when it
         threw), e.g. a page's own reward and done flag. ``shot`` False: no screenshot (the frame is empty)."""
-        args: dict[str, Any] = {"url": url}
-        if not shot:
-            args["shot"] = False
-        # Each only when set: a plain open's request is unchanged.
-        if som:
-            args["som"] = True
-            if som_elements:
-                args["som_elements"] = som_elements
-        if setup_js is not None:
-            args["setup_js"] = setup_js
-        if probe_js is not None:
-            args["probe_js"] = probe_js
+        if type(som_elements) is not int or som_elements < 0:
+            raise BrowserOpError(P.ERR_REFUSED, f"som_elements must be a non-negative integer, not {som_elements!r}")
+        operation = P.Open(url=url, som=som, som_elements=som_elements if som else 0, setup_js=setup_js,
+                           probe_js=probe_js, shot=shot)
         async with self.handle.opens:
-            body = await self.pool.request(self.handle, "open", self.episode_id, args)
+            body = await self.pool.request(self.handle, self.episode_id, operation)
         return self._observation(body)
 
     async def act(self, action: P.BrowserAction, shot: bool = True) -> tuple[P.Observation, Frame]:
         """Carry out one action and observe the settled page. ``shot`` False: no screenshot (the frame is
         empty), for a client that asks for one only when it wants it (:meth:`observe`)."""
-        args: dict[str, Any] = {"action": action.to_wire()}
-        if not shot:
-            args["shot"] = False
-        return self._observation(await self.pool.request(self.handle, "act", self.episode_id, args))
+        return self._observation(await self.pool.request(self.handle, self.episode_id, P.Act(action=action, shot=shot)))
 
     async def observe(self, som: bool | None = None, fmt: str = "jpeg") -> tuple[P.Observation, Frame]:
         """Observe the page as it is now, without an action: whatever is still loading is waited for (no quiet
         period). ``som``: Set-of-Marks for this observation (None: the episode's mode); ``fmt``: jpeg or png."""
-        args: dict[str, Any] = {"format": fmt}
-        if som is not None:
-            args["som"] = som
-        return self._observation(await self.pool.request(self.handle, "observe", self.episode_id, args))
+        if fmt not in get_args(P.ImageFormat):
+            raise BrowserOpError(P.ERR_REFUSED, f"screenshot format must be jpeg or png, not {str(fmt)[:20]!r}")
+        operation = P.Observe(som=som, format=fmt)  # type: ignore[arg-type]  # checked above
+        return self._observation(await self.pool.request(self.handle, self.episode_id, operation))
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where a CSS selector's first visible match is in the viewport (oracle access for scripts)."""
-        return P.decode_body(await self.pool.request(self.handle, "locate", self.episode_id, {"selector": selector}))
+        return P.decode_body(await self.pool.request(self.handle, self.episode_id, P.Locate(selector=selector)))
 
     async def evaluate(self, exprs: list[str]) -> list[Any]:
         """Evaluate JS expressions in the page (for programmatic reward checks)."""
-        return P.decode_body(await self.pool.request(self.handle, "evaluate", self.episode_id, {"exprs": exprs}))
+        return P.decode_body(await self.pool.request(self.handle, self.episode_id, P.Evaluate(exprs=exprs)))
 
     async def close(self) -> None:
         """Give the page's context back to the worker (state cleared); never raises."""
@@ -235,7 +224,7 @@ class BrowserSession:
         self.pool._capacity_changed()
         if self.handle.alive:
             with contextlib.suppress(PoolError):
-                await self.pool.request(self.handle, "close", self.episode_id, {})
+                await self.pool.request(self.handle, self.episode_id, P.Close())
 
     def _observation(self, body: Any) -> tuple[P.Observation, Frame]:
         try:
@@ -416,7 +405,7 @@ class BrowserPool:
                 self._capacity.notify_all()
         self._spawn_task(notify())
 
-    async def request(self, h: WorkerHandle, op: str, episode_id: str, args: dict[str, Any]) -> Any:
+    async def request(self, h: WorkerHandle, episode_id: str, operation: P.AnyOperation) -> Any:
         """Send one request to a worker and wait for its reply (through the worker's FIFO queue), at most
         until the request's deadline (:meth:`deadline`): then RequestTimeout."""
         async with h.ops:
@@ -425,20 +414,21 @@ class BrowserPool:
             req_id = next(self._req_ids)
             release, h.pending_release = h.pending_release, []
             try:
-                data = _encoded(P.Request(req_id, op, episode_id, args, release))
+                data = _encoded(P.Request(req_id, episode_id, operation, release))
             except BrowserOpError:
                 h.pending_release = release + h.pending_release  # returned with the next request
                 raise
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             h.futures[req_id] = fut
             # A timer on the reply's own future (asyncio.wait_for would wrap it in a second future and a task).
+            op = operation.op
             timer = asyncio.get_running_loop().call_later(self.deadline(op), _time_out, fut)
             try:
                 self._router.send(h.identity, data)
                 reply: P.Reply = await fut
             except TimeoutError:
                 self._request_timed_out(h, op)
-                raise RequestTimeout(f"browser worker {h.worker_id} did not answer {op!r} within "
+                raise RequestTimeout(f"browser worker {h.worker_id} did not answer {op.value!r} within "
                                      f"{self.deadline(op):g} s") from None
             finally:
                 timer.cancel()
@@ -452,15 +442,16 @@ class BrowserPool:
             raise WorkerLost(f"browser of worker {h.worker_id} died: {reply.error}")
         raise BrowserOpError(reply.error_kind or P.ERR_INTERNAL, reply.error or "unknown error")
 
-    def deadline(self, op: str) -> float:
+    def deadline(self, op: P.Op) -> float:
         """Seconds the engine waits for the answer to ``op``: the worker's own cap for it plus slack."""
         w = self.cfg.worker
-        cap = w.open_timeout_s if op == "open" else w.settle_timeout_s
+        cap = w.open_timeout_s if op is P.Op.OPEN else w.settle_timeout_s
         return cap + 2 * w.screenshot_timeout_s + self.cfg.request_slack_s
 
-    def _request_timed_out(self, h: WorkerHandle, op: str) -> None:
+    def _request_timed_out(self, h: WorkerHandle, op: P.Op) -> None:
         h.timeouts += 1
-        self._emit("timeout", f"browser worker {h.worker_id} missed the deadline of {op!r} ({h.timeouts} in a row)")
+        self._emit("timeout",
+                   f"browser worker {h.worker_id} missed the deadline of {op.value!r} ({h.timeouts} in a row)")
         if h.timeouts >= self.cfg.max_timeouts:
             self._drop_worker(h, f"browser worker {h.worker_id} missed {h.timeouts} request deadlines in a row")
 
@@ -722,7 +713,7 @@ class BrowserPool:
         worker handles its requests in order of arrival, so a close always comes before any new open."""
         with contextlib.suppress(zmq.ZMQError):
             for episode_id in sorted(episodes):
-                close = P.Request(next(self._req_ids), "close", episode_id, {}, [])
+                close = P.Request(next(self._req_ids), episode_id, P.Close())
                 self._router.send(h.identity, P.encode(close))  # its answer is not waited for
         if self._by_identity.get(h.identity or b"") is h and not self._closing:
             h.alive = True

@@ -15,14 +15,16 @@ Bump ``PROTOCOL_VERSION`` whenever a field changes; a Hello of another version i
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
 # 2: typed structs (msgspec), Observation.events, Heartbeat.draining and browser_pid, Welcome.net.
 # 3: Heartbeat.browser_pss.
 # 4: Observation.elements_cut (and an open's som_elements argument, which an older worker would ignore).
-PROTOCOL_VERSION = 4
+# 5: a Request carries one typed operation (Open, Act, Observe, Locate, Evaluate, Close) instead of op + args.
+PROTOCOL_VERSION = 5
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
@@ -72,12 +74,12 @@ class BrowserAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tr
     seconds: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """The action as a plain dict of its set fields (what a Request's args carry)."""
+        """The action as a plain dict of its set fields (as it travels inside an :class:`Act`)."""
         return msgspec.to_builtins(self)
 
     @classmethod
     def from_wire(cls, d: Any) -> BrowserAction:
-        """Validate a dict from the wire; raises ProtocolError when it is not an action."""
+        """Validate a dict of plain data; raises ProtocolError when it is not an action."""
         try:
             return msgspec.convert(d, cls)
         except msgspec.ValidationError as exc:
@@ -208,22 +210,90 @@ class Heartbeat(Message, tag="heartbeat"):
     browser_pss: ByteCount = 0
 
 
+# --- operations: what a Request asks of one episode's page, one struct each ------------------------
+
+class Op(StrEnum):
+    """The operations a Request carries (each one's struct below has this tag)."""
+
+    OPEN = "open"
+    ACT = "act"
+    OBSERVE = "observe"
+    LOCATE = "locate"
+    EVALUATE = "evaluate"
+    CLOSE = "close"
+
+
+ImageFormat = Literal["jpeg", "png"]
+
+
+class Operation(msgspec.Struct, array_like=True, tag_field="op", forbid_unknown_fields=True):
+    """The base of the operation structs (a tagged union on the wire: ``[op, field1, ...]``)."""
+
+    @property
+    def op(self) -> Op:
+        return Op(self.__struct_config__.tag)
+
+
+class Open(Operation, tag=Op.OPEN.value):
+    """Open a page for the episode at ``url`` (see :meth:`browserpool.pool.BrowserSession.open`)."""
+
+    url: str
+    som: bool = False  # Set-of-Marks mode for the whole episode
+    som_elements: Count = 0  # the most elements it lists and draws (0: the worker's own cap)
+    setup_js: str | None = None  # run once after the first load
+    probe_js: str | None = None  # evaluated after every observation's settle
+    shot: bool = True  # False: no screenshot
+
+
+class Act(Operation, tag=Op.ACT.value):
+    """Carry out one action and observe the settled page."""
+
+    action: BrowserAction
+    shot: bool = True
+
+
+class Observe(Operation, tag=Op.OBSERVE.value):
+    """Observe the page without an action."""
+
+    som: bool | None = None  # None: the episode's mode
+    format: ImageFormat = "jpeg"
+
+
+class Locate(Operation, tag=Op.LOCATE.value):
+    """Where a CSS selector's first visible match is in the viewport."""
+
+    selector: str
+
+
+class Evaluate(Operation, tag=Op.EVALUATE.value):
+    """Evaluate JavaScript expressions in the page."""
+
+    exprs: list[str]
+
+
+class Close(Operation, tag=Op.CLOSE.value):
+    """Give the episode's context back to the worker."""
+
+
+AnyOperation = Open | Act | Observe | Locate | Evaluate | Close
+
+
 class Request(Message, tag="req"):
     """Engine -> worker: one operation on one episode's page.
 
-    ops: open (url; som: Set-of-Marks mode, som_elements: the most elements it lists and draws, setup_js,
-    probe_js: each sent only when set), act (action; shot: False for no screenshot), observe (som, format: a
-    screenshot without an action), locate (selector), evaluate (exprs), close.
     ``release`` returns screenshot slots ([slot, generation] pairs) the engine is done with; every
     request carries them, so no message of its own is needed.
     """
 
     TAG: ClassVar[str] = "req"
     req_id: Count
-    op: str
     episode_id: str
-    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    operation: AnyOperation
     release: list[tuple[Count, Count]] = msgspec.field(default_factory=list)
+
+    @property
+    def op(self) -> Op:
+        return self.operation.op
 
 
 class Reply(Message, tag="rep"):

@@ -286,12 +286,10 @@ class BrowserWorker:
                        "-byte cap of a message: a value of the page too large to send", P.ERR_TOO_LARGE)
 
     async def _dispatch(self, req: P.Request) -> Any:
-        op, args = req.op, req.args
-        if op == "open":
-            return await self._open(req.episode_id, args["url"], bool(args.get("som", False)),
-                                    args.get("setup_js"), args.get("probe_js"), bool(args.get("shot", True)),
-                                    _count(args.get("som_elements")))
-        if op == "close":
+        operation = req.operation
+        if isinstance(operation, P.Open):
+            return await self._open(req.episode_id, operation)
+        if isinstance(operation, P.Close):
             await self._close(req.episode_id)
             return None
         ep = self.episodes.get(req.episode_id)
@@ -301,31 +299,29 @@ class BrowserWorker:
             if ep.page.closed.is_set():  # the page closed its tab since the last operation
                 await self._reopen_tab(ep)
             try:
-                return await self._episode_op(ep, op, args)
+                return await self._episode_op(ep, operation)
             except (TabClosed, PlaywrightError):
                 if not await ep.page.tab_closed():
                     raise
             await self._reopen_tab(ep)
-            if op == "act":  # the action made the page close its tab (a "close" button): it was carried out
-                return await self._observe(ep, *await ep.page.settled(), None, shot=bool(args.get("shot", True)))
-            return await self._episode_op(ep, op, args)  # the others only read: again, on the new tab
+            if isinstance(operation, P.Act):  # the action made the page close its tab (a "close" button): it
+                # was carried out
+                return await self._observe(ep, *await ep.page.settled(), None, shot=operation.shot)
+            return await self._episode_op(ep, operation)  # the others only read: again, on the new tab
 
-    async def _episode_op(self, ep: Episode, op: str, args: dict[str, Any]) -> Any:
-        if op == "act":
-            action = P.BrowserAction.from_wire(args["action"])
-            return await self._observe(ep, *await ep.page.perform(action), shot=bool(args.get("shot", True)))
-        if op == "observe":
-            som = args.get("som")  # None: the episode's mode
-            return await self._observe(ep, *await ep.page.settled(), None, som=None if som is None else bool(som),
-                                       fmt=_image_format(args.get("format")))
-        if op == "locate":
-            return await ep.page.locate(args["selector"])
-        if op == "evaluate":
-            return [await ep.page.evaluate(e) for e in args["exprs"]]
-        raise ActionRefused(f"unknown op {op!r}")
+    async def _episode_op(self, ep: Episode, operation: P.AnyOperation) -> Any:
+        if isinstance(operation, P.Act):
+            return await self._observe(ep, *await ep.page.perform(operation.action), shot=operation.shot)
+        if isinstance(operation, P.Observe):
+            return await self._observe(ep, *await ep.page.settled(), None, som=operation.som, fmt=operation.format)
+        if isinstance(operation, P.Locate):
+            return await ep.page.locate(operation.selector)
+        if isinstance(operation, P.Evaluate):
+            return [await ep.page.evaluate(e) for e in operation.exprs]
+        raise ActionRefused(f"unknown op {operation.op.value!r}")
 
-    async def _open(self, episode_id: str, url: str, som: bool = False, setup_js: str | None = None,
-                    probe_js: str | None = None, shot: bool = True, som_elements: int = 0) -> P.Observation:
+    async def _open(self, episode_id: str, operation: P.Open) -> P.Observation:
+        url, som, som_elements = operation.url, operation.som, operation.som_elements
         await self._browser_ready.wait()  # a browser recycle in progress: open on the new browser
         if episode_id in self.episodes:
             await self._close(episode_id)
@@ -341,7 +337,8 @@ class BrowserWorker:
         slot.popups = 0
         # The engine lists at most som_elements: boxes past those would show ids the model cannot use.
         cap = self.cfg.som_max_elements
-        ep = Episode(slot, som=som, som_cap=min(cap, som_elements) if som_elements else cap, probe_js=probe_js)
+        ep = Episode(slot, som=som, som_cap=min(cap, som_elements) if som_elements else cap,
+                     probe_js=operation.probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
@@ -364,11 +361,11 @@ class BrowserWorker:
             if self.cfg.consent != "off":
                 await self._answer_consent(ep, url, timings)
             await ep.page.forget_history()
-            if setup_js is not None:
+            if operation.setup_js is not None:
                 # The first screenshot must show the page as the setup left it (e.g. a generated task).
-                settle, setup_timings = await ep.page.run_setup(setup_js)
+                settle, setup_timings = await ep.page.run_setup(operation.setup_js)
                 timings.update(setup_timings)
-            return await self._observe(ep, settle, timings, point, shot=shot, retry_after=retry_after)
+            return await self._observe(ep, settle, timings, point, shot=operation.shot, retry_after=retry_after)
 
     async def _new_tab(self, slot: ContextSlot) -> None:
         """Open the context's episode tab (the worker's own page: not taken for a popup)."""
@@ -423,10 +420,11 @@ class BrowserWorker:
                 probe = {"error": str(exc).splitlines()[0][:200]}
             timings["probe_ms"] = _ms(t0)
         if not shot:
-            return P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
-                                 self.cfg.viewport_height, None, None, timings, point, note, None, probe, None,
-                                 ep.slot.events.take(), page.status, page.load_error,
-                                 retry_after)
+            return P.Observation(url=page.url, title=page.title, settled=settle == "quiet", settle=settle,
+                                 width=self.cfg.viewport_width, height=self.cfg.viewport_height,
+                                 timings_ms=timings, point=point, note=note, probe=probe,
+                                 events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
+                                 retry_after=retry_after)
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
@@ -470,11 +468,13 @@ class BrowserWorker:
                 timings["diff_ms"] = _ms(t0)
             ep.last_shot = raw
         ref = self.ring.write(image) if (self.ring and self.use_shm) else None
-        obs = P.Observation(page.url, page.title, settle == "quiet", settle, self.cfg.viewport_width,
-                            self.cfg.viewport_height, ref, None if ref else image, timings, point, note, elements,
-                            probe, change, ep.slot.events.take(), page.status, page.load_error,
-                            retry_after, cut)
-        return obs  # a Reply's body: msgspec encodes the struct as an array
+        # A Reply's body: msgspec encodes the struct as an array.
+        return P.Observation(url=page.url, title=page.title, settled=settle == "quiet", settle=settle,
+                             width=self.cfg.viewport_width, height=self.cfg.viewport_height, frame=ref,
+                             frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
+                             elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
+                             status=page.status, load_error=page.load_error, retry_after=retry_after,
+                             elements_cut=cut)
 
     async def _new_context(self) -> ContextSlot:
         assert self.browser is not None
@@ -773,22 +773,6 @@ def _changed_fraction(before: bytes, after: bytes) -> float | None:
         return max(imgcodec.frame_diff(before, after)[0], MIN_CHANGE)
     except imgcodec.ImgCodecError:
         return None
-
-
-def _count(value: Any) -> int:
-    """A request's count argument: a non-negative int (0 when absent); anything else is refused."""
-    if value is None:
-        return 0
-    if type(value) is not int or value < 0:
-        raise ActionRefused(f"a count must be a non-negative integer, not {str(value)[:20]!r}")
-    return value
-
-
-def _image_format(value: Any) -> str:
-    """A requested screenshot format: jpeg (the default) or png; anything else is refused."""
-    if value in (None, "jpeg", "png"):
-        return value or "jpeg"
-    raise ActionRefused(f"screenshot format must be jpeg or png, not {str(value)[:20]!r}")
 
 
 def _draw_marks(image: bytes, elements: list[list[Any]], css_width: float, quality: int, fmt: str = "jpeg") -> bytes:

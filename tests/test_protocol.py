@@ -37,13 +37,13 @@ MESSAGES: list[P.Message] = [
     P.Welcome(True),
     P.Welcome(False),
     P.Heartbeat("w0", 3, 2),
-    P.Request(1, "open", "ep-1", {"url": "http://127.0.0.1:8000/"}),
-    P.Request(2, "act", "ep-1", {"action": P.BrowserAction("click", x=10.5, y=20.0).to_wire()},
-              [(0, 1), (5, 9)]),
-    P.Request(3, "evaluate", "ep-1", {"exprs": ["document.title", "1 + 1"]}),
-    P.Request(4, "close", "ep-1"),
-    P.Request(5, "open", "ep-2", {"url": "http://127.0.0.1:8000/m.html", "setup_js": "core.startEpisodeReal();",
-                                  "probe_js": "WOB_DONE_GLOBAL"}),
+    P.Request(1, "ep-1", P.Open(url="http://127.0.0.1:8000/")),
+    P.Request(2, "ep-1", P.Act(action=P.BrowserAction("click", x=10.5, y=20.0)), [(0, 1), (5, 9)]),
+    P.Request(3, "ep-1", P.Evaluate(exprs=["document.title", "1 + 1"])),
+    P.Request(4, "ep-1", P.Close()),
+    P.Request(5, "ep-2", P.Open(url="http://127.0.0.1:8000/m.html", setup_js="core.startEpisodeReal();",
+                                probe_js="WOB_DONE_GLOBAL")),
+    P.Request(6, "ep-2", P.Observe(som=True, format="png")),
     P.Reply(6, True, msgspec.to_builtins(OBS_PROBE)),
     P.Reply(2, True, msgspec.to_builtins(OBS_INLINE)),  # (tuples come back as lists: see the Observation test)
     P.Reply(3, True, ["click", 2, None, {"nested": [1, 2.5, "x"]}]),
@@ -80,7 +80,7 @@ def test_the_engine_decodes_what_workers_send_with_raw_bodies(msg: P.Message) ->
         assert back == msg
 
 
-@pytest.mark.parametrize("msg", [P.Welcome(True), P.Request(1, "open", "e", {"url": "x"}), P.Shutdown()],
+@pytest.mark.parametrize("msg", [P.Welcome(True), P.Request(1, "e", P.Open(url="x")), P.Shutdown()],
                          ids=lambda m: m.TAG)
 def test_each_side_refuses_the_other_sides_messages(msg: P.Message) -> None:
     assert P.decode_from_engine(P.encode(msg)) == msg
@@ -125,10 +125,27 @@ def test_malformed_observations_are_refused(body: object) -> None:
 
 
 def test_wire_form_is_tag_then_fields_in_order() -> None:
-    msg = P.Request(9, "locate", "ep-2", {"selector": "#btn"}, [(1, 1)])
+    msg = P.Request(9, "ep-2", P.Locate(selector="#btn"), [(1, 1)])
     wire = msgpack.unpackb(P.encode(msg), raw=False)
-    assert wire == ["req", 9, "locate", "ep-2", {"selector": "#btn"}, [[1, 1]]]
+    assert wire == ["req", 9, "ep-2", ["locate", "#btn"], [[1, 1]]]
     assert msgpack.unpackb(P.encode(P.Shutdown()), raw=False) == ["shutdown"]
+
+
+@pytest.mark.parametrize("operation", [
+    ["teleport", "x"],  # no such op
+    ["open"],  # its url missing
+    ["open", 5],  # a url that is not a string
+    ["observe", None, "gif"],  # a format that is neither jpeg nor png
+    ["open", "http://x", False, -1],  # a negative element cap
+    ["act", {"kind": "click", "x": "left"}],  # an action of the wrong types
+    ["evaluate", "document.title"],  # exprs not a list
+    ["close", "extra"],  # a field that no close has
+], ids=repr)
+def test_each_operation_is_typed_on_the_wire(operation: list) -> None:
+    with pytest.raises(P.ProtocolError):
+        P.decode_from_engine(msgpack.packb(["req", 1, "ep", operation, []]))
+    good = P.decode_from_engine(msgpack.packb(["req", 1, "ep", ["observe", True, "png"], []]))
+    assert isinstance(good, P.Request) and good.operation == P.Observe(som=True, format="png")
 
 
 def test_hello_defaults_to_current_protocol_version() -> None:
@@ -221,9 +238,9 @@ def test_browser_action_wire_round_trip(action: P.BrowserAction) -> None:
     assert all(v is not None for v in wire.values())  # unset fields do not travel
     assert wire["kind"] == action.kind
     # Through a whole Request, as the pool sends it.
-    req = P.decode_from_engine(P.encode(P.Request(1, "act", "ep", {"action": wire})))
-    assert isinstance(req, P.Request)
-    assert P.BrowserAction.from_wire(req.args["action"]) == action
+    req = P.decode_from_engine(P.encode(P.Request(1, "ep", P.Act(action=action))))
+    assert isinstance(req, P.Request) and isinstance(req.operation, P.Act) and req.op is P.Op.ACT
+    assert req.operation.action == action
 
 
 @pytest.mark.parametrize("wire", [{"x": 1}, {"kind": 5}, {"kind": "click", "x": "left"}, "click", None])
