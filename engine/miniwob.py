@@ -6,7 +6,9 @@ Each task page generates its problem in JavaScript and computes its own reward; 
 * **Serving.** The package's ``html`` directory (found with importlib.resources) is mounted on the
   SiteServer under ``/miniwob`` (:func:`miniwob_mount`); a task's website is
   ``<base>/miniwob/miniwob/<name>.html``, so the pages' relative links (``../core/core.js``) resolve.
-* **Episode start** (``Task.extra["setup_js"]``, run by the worker after the first load, before the first
+The page's part is the task's :class:`engine.tasks.PageHooks` (:data:`PAGE_HOOKS`):
+
+* **Episode start** (``PageHooks.setup``, run by the worker after the first load, before the first
   screenshot). A page's ``onload`` only shows MiniWoB's "START" cover; the setup seeds the page's random
   generator with ``Math.seedrandom(<episode id>)`` (the rollout defines ``window.WEBGYM_EPISODE`` =
   ``{episode_id, task_id, sample}`` before the script, so an episode's problem is the same in every run
@@ -17,12 +19,12 @@ Each task page generates its problem in JavaScript and computes its own reward; 
   call, settle) takes far longer. The setup raises the limit to 24 hours, which in practice disables it
   (the step cap ends episodes instead) and makes the time-scaled reward equal to the raw one, and stops
   the countdown display, whose repaint every second would otherwise change every screenshot.
-* **Probe, done, reward** (``Task.extra["probe_js"]``, evaluated by the worker after every observation's
+* **Probe, done, reward** (``PageHooks.probe``, evaluated by the worker after every observation's
   settle): ``{done, reward, raw_reward, reason, utterance}`` from ``WOB_DONE_GLOBAL``,
   ``WOB_REWARD_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``, ``WOB_REWARD_REASON`` and ``core.getUtterance()``.
   The first observation's utterance becomes the task text the policy sees (the instruction exists only
   once the episode has started); the rollout ends the episode as soon as ``done`` is true, and
-  ``Task.extra["reward_source"] == "page"`` makes the reward the page's own: 1 when the raw reward is
+  ``PageHooks.reward_from_page`` makes the reward the page's own: 1 when the raw reward is
   positive, else 0 (the raw value is kept in the reward's detail).
 """
 
@@ -33,7 +35,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.tasks import SITES_PLACEHOLDER, Task
+from engine.tasks import SITES_PLACEHOLDER, PageHooks, Task
 
 MOUNT_PREFIX = "/miniwob"
 SPEC_PREFIX = "miniwob"
@@ -68,6 +70,7 @@ PROBE_JS = """(() => {
     return {error: String(e)};
   }
 })()"""
+PAGE_HOOKS = PageHooks(setup=SETUP_JS, probe=PROBE_JS, reward_from_page=True)
 
 
 def miniwob_html_dir() -> Path:
@@ -124,9 +127,7 @@ def task_record(name: str, base_url: str = SITES_PLACEHOLDER, max_steps: int | N
         "benchmark_name": BENCHMARK,
         "domain": BENCHMARK,
         "subdomain": name,
-        "setup_js": SETUP_JS,
-        "probe_js": PROBE_JS,
-        "reward_source": "page",
+        **PAGE_HOOKS.to_record(),
     }
     if max_steps is not None:
         rec["max_steps"] = max_steps
@@ -139,10 +140,9 @@ def load_miniwob_tasks(spec: str, base_url: str, max_steps: int | None = None) -
     out = []
     for name in parse_spec(spec):
         rec = task_record(name, base_url.rstrip("/"), max_steps)
-        extra = {k: rec[k] for k in ("setup_js", "probe_js", "reward_source")}
         out.append(Task(task_id=rec["task_id"], task_name=rec["task_name"], website=rec["website"],
                         benchmark_name=BENCHMARK, domain=BENCHMARK, subdomain=name, max_steps=max_steps,
-                        extra=extra))
+                        page=PAGE_HOOKS))
     return out
 
 

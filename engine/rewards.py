@@ -70,13 +70,29 @@ def judge_rewards(task: Task, judge_configured: bool, reward: str = "auto") -> b
 
 def has_own_reward(task: Task) -> bool:
     """The task's own checks or its page give its reward (no judge needed)."""
-    return task.has_checks or task.extra.get("reward_source") == "page"
+    return task.has_checks or task.reward_from_page
 
 
 def judgeable(task: Task) -> bool:
     """A judge has something to check: rubric facts or a reference answer (:meth:`engine.judge.RubricJudge.judge`
     gives no reward value otherwise)."""
     return any(g.facts for g in task.evaluator_reference) or bool((task.definite_answer or "").strip())
+
+
+def page_reward(state: dict[str, Any] | None) -> Reward:
+    """The reward a page computed itself (:attr:`engine.tasks.PageHooks.reward_from_page`), in the rubric shape
+    of programmatic rewards: one fact, "the page's own reward", that holds when the page ended its episode with a
+    positive raw reward. The raw and time-scaled values and the page's reason stay in the detail."""
+    if state is None:
+        return Reward(None, "none", "the page reported no state (its probe never answered)")
+    done, raw = bool(state.get("done")), state.get("raw_reward")
+    passed = done and isinstance(raw, int | float) and raw > 0
+    if done:
+        detail = f"raw reward {raw}, time-scaled {state.get('reward')}, reason {state.get('reason')!r}"
+    else:
+        detail = "the page did not end its episode"
+    fact = FactVerdict("1", "the page's own reward", "page", passed, detail)
+    return Reward(1.0 if passed else 0.0, "page", detail, [fact])
 
 
 def _norm(s: str) -> str:

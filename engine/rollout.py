@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from browserpool.pool import BrowserOpError, BrowserPool, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
@@ -27,7 +26,7 @@ from engine.load_outcome import load_outcome
 from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView, training_fields
 from engine.records import BLOCKED_KINDS, FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
 from engine.redact import mask_text, mask_url
-from engine.rewards import FactVerdict, Reward, judge_rewards, program_reward
+from engine.rewards import Reward, judge_rewards, page_reward, program_reward
 from engine.stats import RunStats
 from engine.store import RunStore, StoreFailed, episode_key
 from engine.tasks import StepCaps, Task
@@ -35,7 +34,10 @@ from engine.tasks import StepCaps, Task
 if TYPE_CHECKING:
     from engine.judging import JudgeQueue
 
-REWARD_MODES = ("auto", "judge", "program")
+RewardMode = Literal["auto", "judge", "program"]
+Mode = Literal["async", "sync"]  # the engine's own scheduling, or the lock-step baseline
+REWARD_MODES: tuple[RewardMode, ...] = get_args(RewardMode)
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 class State(StrEnum):
@@ -103,9 +105,9 @@ class RolloutSettings:
 
     split: str = "train"
     retry_lost: int = 1  # how many times an episode whose worker died starts again
-    mode: str = "async"
+    mode: Mode = "async"
     policy_version: int = 0
-    reward: str = "auto"  # auto: the page's or the task's own checks, else the judge (if any) | judge | program
+    reward: RewardMode = "auto"  # auto: the page's or the task's own checks, else the judge (if any)
     # Wall-clock cap of a whole episode (all its attempts), from its first browser lease; None: no cap.
     episode_timeout_s: float | None = None
     # Cap on one policy call (the backend's own retries included; the wait for a policy slot excluded).
@@ -128,22 +130,6 @@ class RolloutContext:
     judge: JudgeQueue | None = None  # judges episodes off the rollout path
     # Waits until an action may go to the site of a URL (engine.domains.DomainPacer); returns the seconds waited.
     pace: Callable[[str], Awaitable[float]] | None = None
-
-
-def _page_reward(state: dict[str, Any] | None) -> Reward:
-    """The reward a page computed itself (``reward_source: page``), in the rubric shape of programmatic
-    rewards: one fact, "the page's own reward", that holds when the page ended its episode with a positive
-    raw reward. The raw and time-scaled values and the page's reason stay in the detail."""
-    if state is None:
-        return Reward(None, "none", "the page reported no state (its probe never answered)")
-    done, raw = bool(state.get("done")), state.get("raw_reward")
-    passed = done and isinstance(raw, int | float) and raw > 0
-    if done:
-        detail = f"raw reward {raw}, time-scaled {state.get('reward')}, reason {state.get('reason')!r}"
-    else:
-        detail = "the page did not end its episode"
-    fact = FactVerdict("1", "the page's own reward", "page", passed, detail)
-    return Reward(1.0 if passed else 0.0, "page", detail, [fact])
 
 
 def _events(obs: Observation) -> list[dict[str, str]] | None:
@@ -194,6 +180,7 @@ class Rollout:
         self.system_prompt: str | None = None
         self.frames_taken = 0
         self.answer: str | None = None
+        self.page_state: dict[str, Any] | None = None  # the page's probe's last readable result (PageHooks)
         self.over = False
         self.started_at = time.time()  # reset when the episode starts running (its record counts from then)
         self.t0 = time.monotonic()
@@ -273,15 +260,11 @@ class Rollout:
         self.session = await self.ctx.pool.lease(self.episode_id)
         self.timings["wait_browser_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.NAVIGATE)
-        # A page that runs its own episode (MiniWoB++): a setup script starts it, a probe expression reports
-        # its state (reward, done, instruction) with every observation. Plain tasks send neither.
-        page_args: dict[str, str] = {k: v for k in ("setup_js", "probe_js")
-                                     if isinstance(v := self.task.extra.get(k), str)}
-        if "setup_js" in page_args:
-            # Per-episode identity for the script (e.g. a random seed): the same problem in every run.
-            episode = {"episode_id": self.episode_id, "task_id": self.task.task_id, "sample": self.sample}
-            page_args["setup_js"] = f"window.WEBGYM_EPISODE = {json.dumps(episode)};\n{page_args['setup_js']}"
-        self.page_state: dict[str, Any] | None = None  # the probe's last readable result
+        # A page that runs its own episode (engine.tasks.PageHooks): its setup script and probe. Plain tasks
+        # send neither.
+        page = self.task.page
+        page_args = page.open_args({"episode_id": self.episode_id, "task_id": self.task.task_id,
+                                    "sample": self.sample}) if page else {}
         await self._before_action(self.task.website, self.timings)
         t = time.monotonic()
         # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
@@ -517,10 +500,6 @@ class Rollout:
         """Whether the judge gives this episode's reward (``--reward``; auto prefers the task's own checks)."""
         return judge_rewards(self.task, self.ctx.judge is not None, self.ctx.settings.reward)
 
-    async def cut(self, reason: str) -> None:
-        """End an episode the engine stopped (a straggler) with an error record that says why."""
-        await self.end_with_error("straggler", reason)
-
     async def end_with_error(self, kind: str, message: str) -> dict[str, Any]:
         """End the episode now with an error record (if it has none yet; a ``blocked`` record for a kind of
         :data:`engine.records.BLOCKED_KINDS`); returns its record."""
@@ -530,8 +509,8 @@ class Rollout:
 
     async def _reward(self) -> Reward:
         assert self.session is not None and self.current is not None
-        if self.task.extra.get("reward_source") == "page":
-            return _page_reward(getattr(self, "page_state", None))
+        if self.task.reward_from_page:
+            return page_reward(self.page_state)
         if not self.task.has_checks:
             return Reward(None, "none", "no programmatic checks for this task (a judge is needed)")
         return await program_reward(self.task, self.page_url, self.answer, self.session.evaluate)

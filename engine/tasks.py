@@ -2,8 +2,9 @@
 
 A record has the fields of the original task files (``benchmark_name, task_name, domain, subdomain,
 website, definite_answer, task_id, difficulty, evaluator_reference, attempt_level``) and may carry
-this engine's extras: ``max_steps``, a ``reference_solution`` for the scripted policy, and, in each
-fact group, ``checks`` (one programmatic check per fact). ``{SITES}`` in any string stands for the
+this engine's extras: ``max_steps``, a ``reference_solution`` for the scripted policy, in each fact group
+``checks`` (one programmatic check per fact), and for a page that runs its own episode (MiniWoB++) the
+:class:`PageHooks` fields ``setup_js``, ``probe_js`` and ``reward_source``. ``{SITES}`` in any string stands for the
 base URL of the bundled-site server.
 
 Files are JSONL (one record a line; positions in messages are 1-based ``line N``) or JSON (a top-level
@@ -39,9 +40,11 @@ TEXT_CHARS = {"task_id": 1024, "task_name": 32_768, "website": 8192, "benchmark_
               "subdomain": 1024, "definite_answer": 32_768}
 RUBRIC_TEXT_CHARS = 32_768  # each fact, and each fact group's description
 MAX_FACTS = 1000
+PAGE_FIELDS = ("setup_js", "probe_js", "reward_source")  # a task file's PageHooks
 KNOWN_FIELDS = frozenset({"task_id", "task_name", "website", "benchmark_name", "domain", "subdomain",
                           "definite_answer", "difficulty", "attempt_level", "evaluator_reference", "max_steps",
-                          "reference_solution"})
+                          "reference_solution", *PAGE_FIELDS})
+PAGE_SCRIPT_CHARS = 1 << 20  # a setup script or probe expression; MiniWoB++'s are a few hundred characters
 
 
 class TaskFileError(ValueError):
@@ -109,6 +112,42 @@ class RubricGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class PageHooks:
+    """What a task whose page runs its own episode (MiniWoB++, the colour board) does in the page, typed and in one
+    place, as BrowserGym's task interface keeps setup and validation together.
+
+    ``setup``: a script the worker runs once after the first load (a returned promise is awaited), with the
+    episode's identity in ``window.WEBGYM_EPISODE``; ``probe``: an expression the worker evaluates after every
+    observation's settle, whose JSON value is the page's state (``done``, ``raw_reward``, ``reward``, ``reason``,
+    ``utterance``: the instruction the page generated); ``reward_from_page``: that state gives the episode's
+    reward (:func:`engine.rewards.page_reward`), no rubric or judge. In a task file: ``setup_js``, ``probe_js`` and
+    ``reward_source: "page"``."""
+
+    setup: str | None = None
+    probe: str | None = None
+    reward_from_page: bool = False
+
+    def open_args(self, episode: Mapping[str, Any]) -> dict[str, str]:
+        """The worker's ``open`` arguments for one episode (``episode``: its id, task id and sample, given to the
+        setup script so that it sets the same problem in every run)."""
+        args = {} if self.probe is None else {"probe_js": self.probe}
+        if self.setup is not None:
+            args["setup_js"] = f"window.WEBGYM_EPISODE = {json.dumps(dict(episode))};\n{self.setup}"
+        return args
+
+    def to_record(self) -> dict[str, Any]:
+        """The task-file fields (see the class docstring)."""
+        rec: dict[str, Any] = {}
+        if self.setup is not None:
+            rec["setup_js"] = self.setup
+        if self.probe is not None:
+            rec["probe_js"] = self.probe
+        if self.reward_from_page:
+            rec["reward_source"] = "page"
+        return rec
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     task_id: str
     task_name: str  # the instruction shown to the agent
@@ -122,6 +161,7 @@ class Task:
     evaluator_reference: tuple[RubricGroup, ...] = ()
     max_steps: int | None = None
     reference_solution: tuple[dict[str, Any], ...] = ()
+    page: PageHooks | None = None  # a page that runs its own episode
     extra: dict[str, Any] = field(default_factory=dict)
     # The caps the task was loaded with (load_tasks(step_caps=...)); None means the original's.
     step_caps: StepCaps | None = field(default=None, compare=False, repr=False)
@@ -145,6 +185,11 @@ class Task:
     def has_checks(self) -> bool:
         return any(g.checks for g in self.evaluator_reference)
 
+    @property
+    def reward_from_page(self) -> bool:
+        """The page's own state gives the reward (:class:`PageHooks`)."""
+        return self.page is not None and self.page.reward_from_page
+
     def rubric_items(self) -> list[str]:
         """Facts flattened for a judge: ``[Group <id>: <description>] <fact>``."""
         return [f"[Group {g.id}: {g.description}] {fact}" for g in self.evaluator_reference for fact in g.facts]
@@ -167,6 +212,8 @@ class Task:
             rec["max_steps"] = self.max_steps
         if self.reference_solution:
             rec["reference_solution"] = list(self.reference_solution)
+        if self.page is not None:
+            rec.update(self.page.to_record())
         rec.update({k: v for k, v in self.extra.items() if k not in rec})
         return rec
 
@@ -329,6 +376,7 @@ def _build(rec: Any, path: Path, where: str, base_url: str | None,
     attempt_level = take(lambda: line.int_field("attempt_level", 0) or 0, 0)
     max_steps = take(max_steps_field, None)
     solution = take(lambda: _solution(line, line.rec.get("reference_solution")), ())
+    page = take(lambda: _page_hooks(line), None)
     answer = line.rec.get("definite_answer")
     definite_answer = None if answer in (None, "") else take(
         lambda: line.within("definite_answer", str(answer).strip(), TEXT_CHARS["definite_answer"]), None)
@@ -338,9 +386,31 @@ def _build(rec: Any, path: Path, where: str, base_url: str | None,
         task_id=task_id, task_name=task_name, website=website, benchmark_name=benchmark, domain=domain,
         subdomain=subdomain, definite_answer=definite_answer,
         difficulty=difficulty, attempt_level=attempt_level, evaluator_reference=groups, max_steps=max_steps,
-        reference_solution=solution, extra={k: v for k, v in line.rec.items() if k not in KNOWN_FIELDS},
-        step_caps=caps,
+        reference_solution=solution, page=page,
+        extra={k: v for k, v in line.rec.items() if k not in KNOWN_FIELDS}, step_caps=caps,
     ), task_id, []
+
+
+def _page_hooks(line: Any) -> PageHooks | None:
+    """The record's :class:`PageHooks`, or None when it has none of their fields."""
+    if not any(line.rec.get(k) is not None for k in PAGE_FIELDS):
+        return None
+
+    def script(name: str) -> str | None:
+        v = line.rec.get(name)
+        if v is None:
+            return None
+        if not isinstance(v, str) or not v.strip():
+            raise line.fail(name, "expected a non-empty string of JavaScript")
+        return line.within(name, v, PAGE_SCRIPT_CHARS)
+
+    source = line.rec.get("reward_source")
+    if source not in (None, "page"):
+        raise line.fail("reward_source", f"the only source a task file names is \"page\", got {source!r}")
+    hooks = PageHooks(setup=script("setup_js"), probe=script("probe_js"), reward_from_page=source == "page")
+    if hooks.reward_from_page and hooks.probe is None:
+        raise line.fail("reward_source", "\"page\" needs a probe_js that reports the page's state")
+    return hooks
 
 
 def parse_task(rec: Any, path: Path, lineno: int | str, base_url: str | None = None, *,

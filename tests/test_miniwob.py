@@ -26,7 +26,7 @@ from engine.miniwob import (
 from engine.runner import run
 from engine.sites.server import SiteServer
 from engine.store import read_records
-from engine.tasks import load_tasks
+from engine.tasks import PAGE_FIELDS, PageHooks, load_tasks
 from policy.miniwob_scripted import SOLVED_TASKS
 from policy.registry import make_policy
 
@@ -65,7 +65,9 @@ def test_task_source_selects_builds_and_writes_tasks(tmp_path: Path) -> None:
         parse_spec("tasks.jsonl")
     (task,) = load_miniwob_tasks("miniwob:click-button", "http://127.0.0.1:8123/")
     assert task.website == "http://127.0.0.1:8123/miniwob/miniwob/click-button.html"
-    assert task.extra == {"setup_js": SETUP_JS, "probe_js": PROBE_JS, "reward_source": "page"}
+    assert task.page == PageHooks(setup=SETUP_JS, probe=PROBE_JS, reward_from_page=True) and task.extra == {}
+    assert {k: task.to_record()[k] for k in PAGE_FIELDS} == {"setup_js": SETUP_JS, "probe_js": PROBE_JS,
+                                                             "reward_source": "page"}
     assert (miniwob_mount()["/miniwob"] / "core" / "core.js").is_file()
     # A task file (what a run from a file reads) gives the same tasks.
     loaded = load_tasks(write_miniwob_tasks(tmp_path / "m.jsonl", "miniwob:click-button,enter-text"),

@@ -71,6 +71,9 @@ def test_sites_placeholder_is_replaced(tmp_path: Path) -> None:
     (lambda r: r.update(evaluator_reference=[{"id": 1, "facts": ["a"], "checks": [{"kind": "magic"}]}]),
      "checks[0]': kind must be one of"),
     (lambda r: r.update(reference_solution=[{"action": "teleport"}]), "reference_solution[0]"),
+    (lambda r: r.update(setup_js=42), "line 2: field 'setup_js': expected a non-empty string of JavaScript"),
+    (lambda r: r.update(reward_source="judge"), "field 'reward_source': the only source a task file names"),
+    (lambda r: r.update(reward_source="page"), "field 'reward_source': \"page\" needs a probe_js"),
 ])
 def test_bad_record_names_line_and_field(tmp_path: Path, mutate, needle: str) -> None:  # type: ignore[no-untyped-def]
     bad = json.loads(json.dumps(GOOD))
