@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from browserpool.consent import ConsentMode
+
 # Chromium's headless shell (Debian's chromium-headless-shell; Playwright's own default for headless runs): the same
 # Blink and V8 without the desktop browser's layer, so contexts, pages and navigations cost a third to nearly half
 # less CPU (docs/architecture.md, "The browser build"). The full browser (FULL_CHROMIUM, `--chromium`) stays usable,
@@ -88,7 +90,7 @@ class WorkerConfig:
     user_agent: str | None = None
     # Consent walls (browserpool.consent): "off" (the default: the model sees the wall as a person would),
     # "reject" or "accept": click that button of a standard consent manager before the first screenshot.
-    consent: str = "off"
+    consent: ConsentMode = "off"
     # Page events (refused loads, popups, downloads, dialogs) reported per observation; the rest are counted.
     max_events_per_observation: int = 32
     # Renderer memory watch (0 turns a cap off). A context whose page's JS heap is above context_memory_mib

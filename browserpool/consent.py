@@ -9,8 +9,10 @@ episode's ``open_events`` say so (a ``consent`` event naming the button).
 from __future__ import annotations
 
 import json
+from typing import Literal, get_args
 
-CONSENT_MODES = ("off", "reject", "accept")
+ConsentMode = Literal["off", "reject", "accept"]
+CONSENT_MODES: tuple[ConsentMode, ...] = get_args(ConsentMode)
 
 # (consent manager, reject button, accept button): CSS selectors of their standard markup.
 CONSENT_BUTTONS: tuple[tuple[str, str, str], ...] = (

@@ -17,15 +17,16 @@ from rich.console import Console
 
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from browserpool.consent import CONSENT_MODES
 from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
-from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
+from cli.options import check_net_policy, check_sockets, default_of, net_policy_options, worker_socket_options
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
 from cli.workers import workers_cmd
 from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
-from engine.config import RunConfig
+from engine.config import ORDERS, RunConfig
 from engine.core import EngineCore, new_run_dir
 from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from engine.gc_tuning import tune_for_engine_process
@@ -36,7 +37,7 @@ from engine.model_api import SamplingParams
 from engine.policy_api import Policy
 from engine.progress import show_progress, summary_table
 from engine.rewards import unrewardable
-from engine.rollout import REWARD_MODES
+from engine.rollout import MODES, REWARD_MODES
 from engine.runlock import RunDirBusy, lock_run_dir
 from engine.runner import load_task_source, run
 from engine.shutdown import Terminated, until_signal
@@ -81,9 +82,10 @@ def main() -> None:
               help="Rollouts in flight at once.")
 @click.option("--workers", type=click.IntRange(1), default=max(1, os.cpu_count() or 1), show_default=True,
               help="Browser worker processes (one Chromium each).")
-@click.option("--mode", type=click.Choice(["async", "sync"]), default="async", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default=default_of(RunConfig, "mode"), show_default=True,
               help="sync: the naive lock-step baseline, for benchmarks only.")
-@click.option("--order", type=click.Choice(["longest-first", "file"]), default="longest-first", show_default=True,
+@click.option("--order", type=click.Choice([o.replace("_", "-") for o in ORDERS]),
+              default=default_of(RunConfig, "order").replace("_", "-"), show_default=True,
               help="The order episodes start in: those allowed the most steps first (no long episode left to run "
                    "alone at the end), or the task file's. --mode sync always takes the file's.")
 @click.option("--episodes", type=click.IntRange(1), default=None,
@@ -130,12 +132,16 @@ def main() -> None:
 @click.option("--sim-speed", type=float, default=1.0, show_default=True,
               help="simulated: divide the latency model's durations by this.")
 # --- agent protocol ---
-@click.option("--interaction", type=click.Choice(INTERACTIONS), default="coordinates", show_default=True,
+@click.option("--interaction", type=click.Choice(INTERACTIONS), default=default_of(AgentConfig, "interaction"),
+              show_default=True,
               help="coordinates: screenshot only; som: numbered boxes on the screenshot plus an element list.")
-@click.option("--coords", type=click.Choice(COORD_SYSTEMS), default="grid", show_default=True,
+@click.option("--coords", type=click.Choice(COORD_SYSTEMS), default=default_of(AgentConfig, "coords"),
+              show_default=True,
               help="grid: 0..1000 (Qwen3-VL); pixels: the smart_resize'd image (Qwen2.5-VL, UI-TARS).")
-@click.option("--response-format", type=click.Choice(RESPONSE_FORMATS), default="complete", show_default=True)
-@click.option("--action-format", type=click.Choice(ACTION_FORMATS), default="qwen", show_default=True,
+@click.option("--response-format", type=click.Choice(RESPONSE_FORMATS),
+              default=default_of(AgentConfig, "response_format"), show_default=True)
+@click.option("--action-format", type=click.Choice(ACTION_FORMATS), default=default_of(AgentConfig, "action_format"),
+              show_default=True,
               help="The grammar of the model's replies: qwen (computer_use tool calls: Qwen2/2.5/3-VL), uitars "
                    "(Action: click(start_box=...)), pyautogui (pyautogui code, parsed and never run).")
 @click.option("--context-window", type=click.IntRange(0), default=4, show_default=True,
@@ -147,7 +153,7 @@ def main() -> None:
 @click.option("--top-k", type=int, default=None)
 @click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True)
 # --- rewards ---
-@click.option("--reward", type=click.Choice(REWARD_MODES), default="auto", show_default=True,
+@click.option("--reward", type=click.Choice(REWARD_MODES), default=default_of(RunConfig, "reward"), show_default=True,
               help="auto: the task's own checks (or the page's reward), else the judge when one is set.")
 @click.option("--judge-base-url", default=None, help="The judge's OpenAI-compatible API root.")
 @click.option("--judge-model", default="", help="The judge's served model name.")
@@ -188,7 +194,8 @@ def main() -> None:
               help="A file of proxy URLs, one per line (# comments), as --proxy.")
 @click.option("--user-agent", default=None,
               help="The browsers' User-Agent (default: headless Chromium's own; docs/open-web.md).")
-@click.option("--consent", type=click.Choice(["off", "reject", "accept"]), default="off", show_default=True,
+@click.option("--consent", type=click.Choice(CONSENT_MODES), default=default_of(WorkerConfig, "consent"),
+              show_default=True,
               help="Answer a standard consent manager's cookie wall before the first screenshot (recorded in the "
                    "episode's open_events). Off: the model sees the wall as a person would.")
 @click.option("--block-requests", "request_rules", multiple=True, type=click.Path(exists=True, dir_okay=False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -13,6 +14,14 @@ from engine.config import RunConfig
 from engine.core import server_keys
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of a config dataclass's field: the one place it is written (an option shows it)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name and f.default is not dataclasses.MISSING:
+            return f.default
+    raise LookupError(f"{cls.__name__}.{name} has no plain default")
 
 
 def _apply(f: F, options: list[Callable[[F], F]]) -> F:

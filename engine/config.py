@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from browserpool.config import WorkerConfig
 from engine.blocklist import DEFAULT_TTL_S
 from engine.bounds import PageLimits
 from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
-from engine.rollout import REWARD_MODES, RolloutSettings
+from engine.rollout import MODES, REWARD_MODES, Mode, RewardMode, RolloutSettings
 from engine.tasks import BUNDLED_TASKS, StepCaps
 
-ORDERS = ("longest_first", "file")
+Order = Literal["longest_first", "file"]
+ORDERS: tuple[Order, ...] = get_args(Order)
 
 
 @dataclass
@@ -24,11 +26,11 @@ class RunConfig:
     tasks: str = str(BUNDLED_TASKS)
     concurrency: int = 32
     workers: int = max(1, os.cpu_count() or 1)
-    mode: str = "async"
+    mode: Mode = "async"
     # The order `run` starts its episodes in: "longest_first" (the episodes allowed the most steps first, so that
     # no long one is left to run alone at the end) or "file" (the task file's). The lock-step baseline
     # (mode "sync") always takes the file's order, as the original's batches do.
-    order: str = "longest_first"
+    order: Order = "longest_first"
     output_dir: str = "runs"
     run_dir: str | None = None  # an existing run directory to resume, or None: a new one under output_dir
     episodes: int | None = None  # default: every task once; more cycles over the tasks
@@ -48,7 +50,7 @@ class RunConfig:
     allow_keys: str | None = None
     insecure: bool = False
     worker: WorkerConfig = field(default_factory=lambda: WorkerConfig(endpoint=""))
-    reward: str = "auto"  # auto | judge | program (auto: the page's or the task's own checks, else the judge)
+    reward: RewardMode = "auto"  # auto: the page's or the task's own checks, else the judge
     # Environment variables the browser workers must never inherit (API keys of the policy's and the judge's
     # servers); the worker environment drops well-known secret names besides.
     secret_env: tuple[str, ...] = ("OPENAI_API_KEY",)
@@ -97,8 +99,8 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 setattr(self, name, None)  # 0 or less: no cap
-        if self.mode not in ("async", "sync"):
-            raise ValueError(f"RunConfig.mode must be 'async' or 'sync', not {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"RunConfig.mode must be one of {MODES}, not {self.mode!r}")
         if self.order not in ORDERS:
             raise ValueError(f"RunConfig.order must be one of {ORDERS}, not {self.order!r}")
         if self.reward not in REWARD_MODES:

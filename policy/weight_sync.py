@@ -30,7 +30,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import aiohttp
 
@@ -39,7 +39,7 @@ from policy.hf_backend import HFModel
 from policy.openai_backend import OpenAIModel
 
 PushMode = Literal["abort", "wait"]
-PUSH_MODES = ("abort", "wait")
+PUSH_MODES: tuple[PushMode, ...] = get_args(PushMode)
 SERVER_KINDS = ("vllm", "sglang")
 
 

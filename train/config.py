@@ -30,7 +30,7 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from engine.agent.prompts import AgentConfig
 from policy.compiled_blocks import COMPILE_MODES
@@ -38,9 +38,12 @@ from policy.vision_attention import VISION_ATTENTION_MODES
 from policy.vision_mlp import VISION_MLP_MODES
 from train.model_io import CHECKPOINT_VISION
 
-ALGORITHMS = ("fbc", "grpo")
-SCHEDULES = ("cosine", "constant")
-NORMALISERS = ("1/k", "1/|tau|")
+Algorithm = Literal["fbc", "grpo"]
+Schedule = Literal["cosine", "constant"]  # both after the linear warm-up
+Normaliser = Literal["1/k", "1/|tau|"]
+ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
+SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
+NORMALISERS: tuple[Normaliser, ...] = get_args(Normaliser)
 
 
 class ConfigError(ValueError):
@@ -53,7 +56,7 @@ class TrainConfig:
 
     model_dir: str = ""  # required: the policy's Hugging Face model directory (weights, tokenizer, processor)
     output_dir: str = "checkpoints"
-    algorithm: str = "fbc"  # fbc | grpo
+    algorithm: Algorithm = "fbc"
 
     # Optimiser (AdamW) and schedule.
     lr: float = 1e-6  # WebGym's FBC; AsyncWebRL's GRPO used 5e-6
@@ -61,7 +64,7 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-8
     warmup_steps: int = 0
-    schedule: str = "cosine"  # cosine | constant (both after the linear warm-up)
+    schedule: Schedule = "cosine"
     min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio
     epochs: int = 1
     max_steps: int | None = None  # optimizer steps; overrides epochs when set
@@ -101,7 +104,7 @@ class TrainConfig:
     is_cap: float | None = 5.0  # tokens whose behaviour->proximal weight exceeds this are dropped
     clip: float = 0.2
     dual_clip: float | None = 3.0
-    normaliser: str = "1/k"  # 1/k | 1/|tau|
+    normaliser: Normaliser = "1/k"
     k: float = 10.0
     # A control run, not a training method: each group's rewards permuted among its trajectories before the
     # advantages (train.algorithms.grpo_advantages), so the updates keep their sizes and carry no reward signal.
@@ -270,6 +273,10 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
                 errors.append(str(exc))
         raise ConfigError(f"{where}: expected {' or '.join(_name(a) for a in rest)}"
                           f"{' (or false for none)' if optional else ''}, got {value!r}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ConfigError(f"{where}: expected a list of {len(args)} numbers, got {value!r}")

@@ -35,7 +35,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from engine.api import RolloutService
 from engine.config import RunConfig
@@ -47,11 +47,12 @@ from engine.runner import load_task_source
 from engine.tasks import StepCaps
 from policy.agent_policy import AgentPolicy
 from policy.registry import make_judge
+from policy.weight_sync import PushMode
 from train.algorithms import TRAINABLE_STATUSES
 from train.behaviour import REMEDY, untruncated_at_one
 from train.config import ConfigError, TrainConfig
 from train.evaluation import Evaluation, evaluate
-from train.policy_target import POLICIES, SERVED, PolicyTarget, make_target
+from train.policy_target import POLICIES, SERVED, PolicyName, PolicyTarget, make_target
 from train.rollout_pool import INFRA_ACTIONS, Group, RolloutPool
 from train.utilization import CountingModel, Utilization
 
@@ -59,7 +60,8 @@ if TYPE_CHECKING:  # the trainer imports torch: only when the loop trains
     from train.samples import SampleSet
     from train.trainer import Trainer, TrainResult
 
-MODES = ("sync", "async")
+LoopMode = Literal["sync", "async"]
+MODES: tuple[LoopMode, ...] = get_args(LoopMode)
 
 
 @dataclass
@@ -70,17 +72,17 @@ class LoopConfig:
     train: TrainConfig
     tasks: str = ""  # a task file, or miniwob[:names]
     iterations: int = 3
-    mode: str = "sync"
+    mode: LoopMode = "sync"
     staleness: int = 2  # async: groups run at most this many versions ahead; older samples are dropped
     samples_per_task: int = 4  # rollouts of each task in a group (the GRPO group)
     batch_groups: int = 0  # groups trained per iteration; 0: one per task
     concurrency: int = 16
     workers: int = 1
     # The policy: "hf" (in-process, on `device`) or a served model, "vllm" | "sglang", on `servers`.
-    policy: str = "hf"
+    policy: PolicyName = "hf"
     servers: list[str] = field(default_factory=list)  # API roots of the policy servers, e.g. http://h:8000/v1
     served_model: str = ""  # the name the servers serve the policy under (default: train.model_dir)
-    push_mode: str = "abort"  # requests in flight during a push: "abort" (sent again) | "wait" (finish on old)
+    push_mode: PushMode = "abort"  # requests in flight during a push: "abort" (sent again) | "wait" (finish on old)
     logprobs_of: str = ""  # what the servers' log-probs are of; default: vllm "model", sglang "temperature"
     device: str = "auto"  # where the in-process rollout model runs
     max_batch: int = 16

@@ -18,7 +18,7 @@ import contextlib
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from engine.model_api import LanguageModel
 from policy.weight_sync import InProcessSync, WeightSync, server_sync
@@ -26,7 +26,8 @@ from policy.weight_sync import InProcessSync, WeightSync, server_sync
 if TYPE_CHECKING:
     from train.loop import LoopConfig
 
-POLICIES = ("hf", "vllm", "sglang", "stand_in")
+PolicyName = Literal["hf", "vllm", "sglang", "stand_in"]
+POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
 SERVED = ("vllm", "sglang")  # the policies whose servers the config names
 # What each server reports by default (vLLM: --logprobs-mode raw_logprobs; SGLang: log_softmax(logits / T)
 # before top-k and top-p unless SGLANG_RETURN_ORIGINAL_LOGPROB=1).

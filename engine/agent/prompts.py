@@ -15,14 +15,18 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from engine import json_input
 
-INTERACTIONS = ("coordinates", "som")
-RESPONSE_FORMATS = ("complete", "vanilla")
-COORD_SYSTEMS = ("grid", "pixels")
-ACTION_FORMATS = ("qwen", "uitars", "pyautogui")  # engine.agent.formats
+Interaction = Literal["coordinates", "som"]
+ResponseFormat = Literal["complete", "vanilla"]
+CoordSystem = Literal["grid", "pixels"]
+ActionFormat = Literal["qwen", "uitars", "pyautogui"]  # engine.agent.formats
+INTERACTIONS: tuple[Interaction, ...] = get_args(Interaction)
+RESPONSE_FORMATS: tuple[ResponseFormat, ...] = get_args(ResponseFormat)
+COORD_SYSTEMS: tuple[CoordSystem, ...] = get_args(CoordSystem)
+ACTION_FORMATS: tuple[ActionFormat, ...] = get_args(ActionFormat)
 
 _COORD_ACTIONS = ["left_click", "type", "scroll", "wait", "go_back", "navigate", "answer"]
 _SOM_ACTIONS = ["left_click", "type", "hover", "select", "scroll", "wait", "go_back", "navigate", "answer"]
@@ -211,10 +215,10 @@ def fill_rows(template: str, rows: Iterable[Mapping[str, Any]]) -> list[str]:
 class AgentConfig:
     """How the agent talks to the model."""
 
-    interaction: str = "coordinates"  # coordinates | som
-    response_format: str = "complete"  # complete | vanilla
-    coords: str = "grid"  # grid (0..1000, Qwen3-VL) | pixels (smart_resize'd image, Qwen2.5-VL / UI-TARS)
-    action_format: str = "qwen"  # the grammar of the replies (engine.agent.formats): qwen | uitars | pyautogui
+    interaction: Interaction = "coordinates"
+    response_format: ResponseFormat = "complete"
+    coords: CoordSystem = "grid"  # grid (0..1000, Qwen3-VL) | pixels (smart_resize'd image, Qwen2.5-VL / UI-TARS)
+    action_format: ActionFormat = "qwen"  # the grammar of the replies (engine.agent.formats)
     window: int = 4  # rounds kept as full multimodal messages
     template_file: str | None = None
     # smart_resize parameters of the model's image processor (pixels mode and the recorded frames).
