@@ -428,14 +428,19 @@ def grpo_demo(store: Store) -> list[str]:
              f"{d['machine'].get('cores')} cores): " + "; ".join(parts) + "."]
     repeats = d.get("repeats") or []
     if len(repeats) > 1:
-        g = [r["runs"]["grpo"] for r in repeats]
-        spread = (f"Over {len(repeats)} runs of the whole demonstration ({span([r['wall_s'] / 60 for r in repeats])} "
-                  f"min each): GRPO's gain {span([x['gain'] for x in g])}, its interval excluding 0 in "
-                  f"{sum(x['interval_95'][0] > 0 for x in g)}")
+        n, g = len(repeats), [r["runs"]["grpo"] for r in repeats]
+
+        def signed(values: list[float]) -> str:
+            return f"{min(values):+.2f} to {max(values):+.2f}"
+
+        spread = (f"Over {n} runs of the whole demonstration ({span([r['wall_s'] / 60 for r in repeats])} min each): "
+                  f"S0 {span([100 * x['s0'] for x in g], '%')}, S1 {span([100 * x['s1'] for x in g], '%')}, GRPO's "
+                  f"gain {signed([x['gain'] for x in g])}, its interval excluding 0 in "
+                  f"{sum(x['interval_95'][0] > 0 for x in g)} of {n}")
         if all("control" in r["runs"] for r in repeats):
             c = [r["runs"]["control"] for r in repeats]
-            spread += (f"; the control's gain {span([x['gain'] for x in c])}, its interval reaching 0 (no rise) in "
-                       f"{sum(x['interval_95'][0] <= 0 for x in c)}")
+            spread += (f"; the control's gain {signed([x['gain'] for x in c])}, no rise (its interval's low end <= 0) "
+                       f"in {sum(x['interval_95'][0] <= 0 for x in c)} of {n}")
         lines.append(spread + ".")
     return lines
 

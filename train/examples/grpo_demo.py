@@ -195,12 +195,13 @@ async def scripted_runs(task_files: Sequence[Path], out: Path, base_url: str) ->
 @dataclass(frozen=True)
 class Validation:
     """The warm start's check on the validation boards, without episodes: the model's replies to the prompts of the
-    careful demonstrations' two steps (greedy for the pick, sampled at temperature 1 for the finish, as the rollouts
-    sample)."""
+    careful demonstrations' two steps, greedy (has the pick been learnt) and sampled at temperature 1, as the
+    rollouts sample (what their success will be)."""
 
     accuracy: float  # greedy first clicks on the red cell
     submit: float  # sampled second replies that click Submit
-    success: float  # boards with both: an estimate of the rollouts' success
+    success: float  # boards whose sampled first click picks the red cell and sampled second one Submit: the
+    # rollouts' success, estimated (the sampled pick misses more often than the greedy one)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -219,30 +220,36 @@ def validate(model_dir: Path, boards: list[tuple[dict[str, Any], Path, int]], se
         images = {p["image"]: frame_file(run_dir, p["image"]).read_bytes()
                   for m in step["messages"] for p in m["content"] if isinstance(p, dict) and "image" in p}
         messages = [{"role": "system", "content": record["system_prompt"]}, *step["messages"]]
-        return ChatRequest(f"{record['episode_id']}/{index}", messages, images,
+        return ChatRequest(f"{record['episode_id']}/{index}/t{temperature:g}", messages, images,
                            SamplingParams(temperature=temperature, max_tokens=128, seed=seed))
 
-    async def replies() -> tuple[list[str], list[str]]:
+    async def replies() -> list[list[str]]:
         model = HFModel(str(model_dir), device="cpu", max_batch=32)
         await model.start()
         try:
-            picks = [request(r, d, 0, 0.0) for r, d, _ in boards]
-            finishes = [request(r, d, 1, 1.0) for r, d, _ in boards]
-            texts = [g.text for g in await asyncio.gather(*(model.generate(q) for q in [*picks, *finishes]))]
-            return texts[:len(boards)], texts[len(boards):]
+            asked = [[request(r, d, index, temperature) for r, d, _ in boards]
+                     for index, temperature in ((0, 0.0), (0, 1.0), (1, 1.0))]  # greedy pick, sampled pick, finish
+            texts = [g.text for g in await asyncio.gather(*(model.generate(q) for qs in asked for q in qs))]
+            return [texts[i * len(boards):(i + 1) * len(boards)] for i in range(len(asked))]
         finally:
             await model.close()
 
     frame = CoordFrame("grid", *colour_board.VIEWPORT)
-    picked, submitted = [], []
-    for pick, finish, (_, _, goal) in zip(*asyncio.run(replies()), boards, strict=True):
-        action, _ = parse_action(pick, frame)
-        picked.append(action.x is not None and colour_board.cell_at(action.x, action.y) == goal)
-        action, _ = parse_action(finish, frame)
-        submitted.append(action.x is not None and colour_board.on_submit(action.x, action.y))
+
+    def picks(reply: str, goal: int) -> bool:
+        action, _ = parse_action(reply, frame)
+        return action.x is not None and colour_board.cell_at(action.x, action.y) == goal
+
+    def submits(reply: str) -> bool:
+        action, _ = parse_action(reply, frame)
+        return action.x is not None and colour_board.on_submit(action.x, action.y)
+
+    greedy, sampled, finishes = asyncio.run(replies())
+    goals = [goal for _, _, goal in boards]
     n = max(1, len(boards))
-    both = sum(a and b for a, b in zip(picked, submitted, strict=True))
-    return Validation(sum(picked) / n, sum(submitted) / n, both / n)
+    submitted = [submits(f) for f in finishes]
+    both = sum(picks(s, g) and ok for s, g, ok in zip(sampled, goals, submitted, strict=True))
+    return Validation(sum(picks(p, g) for p, g in zip(greedy, goals, strict=True)) / n, sum(submitted) / n, both / n)
 
 
 def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: Any, resize: dict[str, int]) -> Any:
