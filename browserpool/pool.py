@@ -199,12 +199,12 @@ class BrowserSession:
         empty), for a client that asks for one only when it wants it (:meth:`observe`)."""
         return self._observation(await self.pool.request(self.handle, self.episode_id, P.Act(action=action, shot=shot)))
 
-    async def observe(self, som: bool | None = None, fmt: str = "jpeg") -> tuple[P.Observation, Frame]:
+    async def observe(self, som: bool | None = None, fmt: P.ImageFormat = "jpeg") -> tuple[P.Observation, Frame]:
         """Observe the page as it is now, without an action: whatever is still loading is waited for (no quiet
         period). ``som``: Set-of-Marks for this observation (None: the episode's mode); ``fmt``: jpeg or png."""
         if fmt not in get_args(P.ImageFormat):
             raise BrowserOpError(P.ERR_REFUSED, f"screenshot format must be jpeg or png, not {str(fmt)[:20]!r}")
-        operation = P.Observe(som=som, format=fmt)  # type: ignore[arg-type]  # checked above
+        operation = P.Observe(som=som, format=fmt)
         return self._observation(await self.pool.request(self.handle, self.episode_id, operation))
 
     async def locate(self, selector: str) -> dict[str, Any]:

@@ -87,9 +87,9 @@ class DemoConfig:
     # The settle phase stops at the first check (every `bc_settle_check_every` steps) whose estimated success on
     # the validation boards lies in this band. Measured: a tiny model's finish does not settle at the
     # demonstrator's mixture; it goes from never submitting (after the picks, which all start "Click") to nearly
-    # always, swinging on the way, and where it is after a fixed step count depends on the batches' order (from
-    # the demonstration runs' completion order). Early stopping on validation, not a step count, sets a partial S0;
-    # when no check falls in the band, the checked weights nearest to its centre are taken.
+    # always, swinging within a few steps (one probe: 14% of the validation boards submitted at settle step 35, 91%
+    # at 45, 14% at 50). Early stopping on validation, not a step count, sets a partial S0; when no check falls in
+    # the band, the checked weights nearest to its centre are taken.
     warm_start_success: tuple[float, float] = (0.12, 0.3)
     bc_settle_check_every: int = 5
     bc_settle_lr: float = 5e-4
@@ -299,9 +299,9 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
     alone until the validation check (:func:`validate`, every ``bc_check_every`` steps, at most ``bc_max_steps``)
     finds them learnt (``warm_start_accuracy``), then every step (picks and finishes) at a quarter of the rate
     until a check (every ``bc_settle_check_every`` steps, at most ``bc_settle_steps``) estimates the validation
-    boards' success within ``warm_start_success`` with the picks still learnt (the pick, what takes a tiny model
-    long, learns faster alone; the finish moves from never submitting towards the demonstrator's mixture and
-    passes through the band). The checkpoint and its figures; every check is in ``checks``."""
+    boards' success within ``warm_start_success`` (the pick, what takes a tiny model long, learns faster alone;
+    the finish moves from never submitting towards the demonstrator's mixture and passes through the band). The
+    checkpoint and its figures; every check is in ``checks``."""
     from engine.agent.prompts import AgentConfig
     from train.config import TrainConfig
     from train.demos import demonstration_records
