@@ -15,7 +15,8 @@ PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool polic
 run: setup
 	$(VENV)/bin/webgym-engine run
 
-# The one-way import rule first (the contract is in pyproject.toml; docs/architecture.md), then the tests: in
+# The one-way import rule and the type check first (both configured in pyproject.toml; docs/architecture.md), then
+# the tests: in
 # TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests in one process (its
 # module fixtures start once); the tests that assert an upper bound on elapsed time after them, alone.
 # TEST_REPORT=PREFIX writes each phase's JUnit report to PREFIX-PHASE.xml (`python -m bench.test_time` reads them).
@@ -24,6 +25,7 @@ TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
 test: setup
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
 

@@ -29,12 +29,13 @@ from playwright.async_api import async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool
-from engine.config import RunConfig
-from engine.core import EngineCore, pool_config
-from engine.rollout import EpisodeStatus
+from engine.core.builders import pool_config
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.episode.status import EpisodeStatus
 from engine.sites.server import SiteServer
-from engine.store import RunStore, read_records
-from engine.tasks import Task
+from engine.store.run_dir import RunStore, read_records
+from engine.tasks.schema import Task
 from policy.instant import InstantPolicy
 
 # Light but real pages of the bundled sites (the instant policy clicks an inert corner).
@@ -216,9 +217,9 @@ def error_detail(run_dir: str) -> list[dict[str, Any]]:
     """What ended each episode of the run that ended early, as an error or blocked (kind, message, steps made), from
     its records: a benchmark that counts errors says what they were, since its run directory is removed afterwards
     (an episode cut when the window closed writes no record)."""
-    return [{"kind": r["error"]["kind"], "message": r["error"]["message"][:300], "steps": len(r["steps"]),
+    return [{"kind": error["kind"], "message": error["message"][:300], "steps": len(r["steps"]),
              "website": r["task"]["website"]}
-            for r in read_records(run_dir) if r["status"] in ("error", "blocked") and r.get("error")]
+            for r in read_records(run_dir) if r["status"] in ("error", "blocked") and (error := r.get("error"))]
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

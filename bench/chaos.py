@@ -47,12 +47,13 @@ from bench.soak import soak_tasks
 from browserpool.auth import create_keypair
 from browserpool.instance import Instance
 from browserpool.pool import WorkerHandle
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.gc_tuning import tune_for_engine_process
-from engine.rollout import Rollout
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.gc_tuning import tune_for_engine_process
+from engine.episode.rollout import Rollout
 from engine.sites.server import SiteServer
-from engine.tasks import load_tasks
+from engine.store.records import EpisodeRecord
+from engine.tasks.loading import load_tasks
 from policy.registry import make_policy
 
 ACTIONS = ("kill_worker", "kill_browser", "cut_link")
@@ -94,7 +95,7 @@ class Timeline:
     def on_pool_event(self, kind: str, message: str) -> None:
         self.pool_events.append({"t": self.now(), "kind": kind, "message": message[:300]})
 
-    def on_record(self, _rollout: Rollout, record: dict[str, Any]) -> None:
+    def on_record(self, _rollout: Rollout, record: EpisodeRecord) -> None:
         self.records += 1
         self.record_event.set()
         if record.get("error") or record.get("previous_errors"):

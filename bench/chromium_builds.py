@@ -28,10 +28,11 @@ from bench.ceiling import CLICK
 from bench.proc_stats import sample
 from bench.report import row, write_result
 from browserpool.config import DEFAULT_CHROMIUM, FULL_CHROMIUM, WorkerConfig
-from engine.config import RunConfig
-from engine.core import EngineCore
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
 from engine.sites.server import SiteServer
-from engine.tasks import BUNDLED_TASKS, StepCaps, load_tasks
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import BUNDLED_TASKS, StepCaps
 from policy.instant import InstantPolicy
 
 SIDES = {"headless shell": DEFAULT_CHROMIUM, "full Chromium": FULL_CHROMIUM}

@@ -165,12 +165,17 @@ def build_cases(shots: list[bytes]) -> dict[str, dict[str, Callable[[int], objec
             "pillow": lambda i: pil_decode(shots[i % n]),
         },
     }
-    for s in (2, 4):
-        cases[f"decode_1/{s}"] = {
-            "imgcodec": lambda i, s=s: ic.decode(shots[i % n], s),
-            "pyturbojpeg": lambda i, s=s: tj.decode(shots[i % n], pixel_format=TJPF_RGB, scaling_factor=(1, s)),
-            "pillow": lambda i, s=s: pil_decode(shots[i % n], s),
+
+    def scaled(s: int) -> dict[str, Callable[[int], object]]:
+        """The decodes at 1/``s`` scale (``s`` bound here, not late in the loop below)."""
+        return {
+            "imgcodec": lambda i: ic.decode(shots[i % n], s),
+            "pyturbojpeg": lambda i: tj.decode(shots[i % n], pixel_format=TJPF_RGB, scaling_factor=(1, s)),
+            "pillow": lambda i: pil_decode(shots[i % n], s),
         }
+
+    for s in (2, 4):
+        cases[f"decode_1/{s}"] = scaled(s)
     cases["resize_smart"] = {
         "imgcodec": lambda i: ic.resize(rgbs[i % n], tw, th),
         "pillow": lambda i: np.asarray(Image.fromarray(rgbs[i % n]).resize((tw, th), Image.Resampling.BILINEAR)),

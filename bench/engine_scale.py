@@ -46,15 +46,16 @@ from bench.proc_stats import thread_cpu
 from bench.suite import machine_facts
 from browserpool.pool import BrowserPool
 from browserpool.protocol import MAX_SLOTS
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.agent.policy_api import Policy
 from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.core import EngineCore, pool_config
-from engine.gc_tuning import tune_for_engine_process
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.policy_api import Policy
-from engine.rollout import EpisodeStatus
-from engine.store import RunStore
-from engine.tasks import Task
+from engine.core.builders import pool_config
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.gc_tuning import tune_for_engine_process
+from engine.episode.status import EpisodeStatus
+from engine.store.run_dir import RunStore
+from engine.tasks.schema import Task
 from policy.agent_policy import AgentPolicy
 from policy.instant import InstantPolicy
 
@@ -116,7 +117,7 @@ async def level(n: int, policy_kind: str, workers: int, seconds: float, steps_pe
     not the size the pool gives a browser worker (fewer slots than rollouts send frames inline)."""
     from bench.suites.overhead import pyspy_window
 
-    # The pool gives a worker's ring two slots per rollout (engine.core.pool_config), and a ring has at most
+    # The pool gives a worker's ring two slots per rollout (engine.core.builders.pool_config), and a ring has at most
     # MAX_SLOTS: enough workers that two per rollout fit (with fewer, frames would travel inline). 96 short of the
     # limit, as the stored levels were measured (5 workers at 8,192 rollouts).
     workers = max(workers, -(-2 * n // (MAX_SLOTS - 96)))

@@ -23,11 +23,11 @@ from typing import Any
 
 from bench.ceiling import CLICK, PAGES
 from browserpool.config import WorkerConfig
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.env import AsyncWebEnv
+from engine.clients.env import AsyncWebEnv
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
 from engine.sites.server import SiteServer
-from engine.tasks import Task
+from engine.tasks.schema import Task
 from policy.instant import InstantPolicy
 
 ACTION = {"name": "left_click", "x": CLICK[0], "y": CLICK[1]}

@@ -18,17 +18,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.miniwob import miniwob_mount
-from engine.runner import run
+from engine.agent.prompts import AgentConfig, Interaction
+from engine.clients.runner import run
+from engine.core.config import RunConfig
 from engine.sites.server import SiteServer
-from engine.store import read_records
+from engine.store.run_dir import read_records
+from engine.tasks.miniwob import miniwob_mount
 from policy.registry import make_policy
 
 
 async def bench(spec: str, workers: int, concurrency: int, episodes: int | None, seed: int,
-                out_dir: Path, interaction: str = "som") -> dict[str, Any]:
+                out_dir: Path, interaction: Interaction = "som") -> dict[str, Any]:
     """Run the random policy on ``spec``'s tasks; the figures and the error records' messages.
 
     In ``som`` mode the random policy mostly clicks random interactive elements; in ``coordinates``
@@ -41,7 +41,7 @@ async def bench(spec: str, workers: int, concurrency: int, episodes: int | None,
         stats, run_dir = await run(cfg, make_policy("random", seed=seed, agent=agent), server.base_url)
         wall = time.monotonic() - t0
     records = read_records(run_dir)
-    rewards = [r["reward"]["value"] or 0.0 for r in records if r.get("reward")]
+    rewards = [reward["value"] or 0.0 for r in records if (reward := r.get("reward"))]
     raw = [s["probe"]["raw_reward"] for r in records for s in r["steps"][-1:]
            if isinstance(s.get("probe"), dict) and s["probe"].get("done")]
     summary = stats.summary()

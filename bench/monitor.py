@@ -31,14 +31,15 @@ import psutil
 from bench.ceiling import CLICK, PAGES
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool
-from engine.config import RunConfig
-from engine.core import EngineCore, pool_config
-from engine.rollout import EpisodeStatus
+from engine.core.builders import pool_config
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.episode.status import EpisodeStatus
 from engine.sites.server import SiteServer
-from engine.store import RunStore, episode_key
-from engine.tasks import Task
-from engine.telemetry import TelemetryPublisher
-from engine.telemetry_format import TelemetryMessage
+from engine.store.run_dir import RunStore, episode_key
+from engine.tasks.schema import Task
+from engine.telemetry.publisher import TelemetryPublisher
+from engine.telemetry.wire import TelemetryMessage
 from policy.instant import InstantPolicy
 from tui.sim import SimulatedRun
 
@@ -150,7 +151,7 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int,
         core = EngineCore(cfg, pool=pool, store=store)
         await core.start()
         core.on_status(on_status)
-        pub.attach(core)
+        pub.attach(core.gauges())
         pub.start()
         run = asyncio.ensure_future(core.run_plan(InstantPolicy(*CLICK), plan))
         stats = core.stats
@@ -210,8 +211,8 @@ async def engine_overhead(n: int, workers: int, window_s: float, repeats: int,
 # --- the README's picture -------------------------------------------------------------------------------------
 async def export_svg(path: Path, seconds: float, concurrency: int, workers: int) -> None:
     """Run the bundled tasks (scripted policy) with the monitor attached in-process; save it as SVG."""
-    from engine.core import new_run_dir
-    from engine.runner import run
+    from engine.clients.runner import run
+    from engine.core.builders import new_run_dir
     from policy.registry import make_policy
     from tui.app import MonitorApp
     from tui.cli import prepare_in_process

@@ -1,6 +1,6 @@
 """What the network policy for pages costs: steps/s of the bundled sites with the policy on and off.
 
-In one process run, on the same tasks, with the scripted policy and the real engine (engine.runner.run: spawned
+In one process run, on the same tasks, with the scripted policy and the real engine (engine.clients.runner.run: spawned
 workers over ZeroMQ, the trajectory store, settle detection): ``--repeats`` runs with the policy on and as many
 with it off, alternating (on/off, off/on, ...: a drift of the machine's load falls on both). Each run's steps/s is
 the engine's own (steps over the time from the engine's start to its last record; pool start-up excluded).
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from browserpool.config import WorkerConfig
-from engine.config import RunConfig
-from engine.runner import run
+from engine.clients.runner import run
+from engine.core.config import RunConfig
 from engine.sites.server import SiteServer
-from engine.store import read_records
+from engine.store.run_dir import read_records
 from policy.registry import make_policy
 
 

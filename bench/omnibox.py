@@ -41,10 +41,10 @@ import numpy as np
 from bench.ceiling import CLICK, PAGES, stack_cpu
 from browserpool.config import WorkerConfig
 from browserpool.memory import pss_bytes, tree_pss_bytes
-from engine.config import RunConfig
-from engine.core import EngineCore
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
 from engine.sites.server import SiteServer
-from engine.tasks import Task
+from engine.tasks.schema import Task
 from policy.instant import InstantPolicy
 from server.app import BrowserServer, ServerConfig
 
@@ -135,7 +135,8 @@ def _serving_pss_mib(core: EngineCore) -> float:
 
 async def _side(side: str, core: EngineCore, server: BrowserServer, base: str, pages: list[str], steps: int,
                 n: int, seconds: float) -> dict[str, Any]:
-    win, stop, warm, warmed = Window(), asyncio.Event(), asyncio.Event(), []
+    win, stop, warm = Window(), asyncio.Event(), asyncio.Event()
+    warmed: list[int] = []
     if side == "http":
         page_urls = [base + p for p in pages]
         jobs = [asyncio.ensure_future(_http_client(server.url, page_urls, steps, k, win, stop, warm, warmed))

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from engine import _imgcodec as codec
-from engine.model_api import ChatRequest, SamplingParams
+from engine.agent.model_api import ChatRequest, SamplingParams
 from policy.hf_backend import HFModel
 from policy.tiny_models import build_tiny_model
 
@@ -50,7 +50,7 @@ QWEN25_VL_TOWER: dict[str, Any] = {"depth": 32, "hidden_size": 1280, "intermedia
 
 async def measure(model: HFModel, concurrency: int, seconds: float, tokens: int, jpeg: bytes) -> dict[str, Any]:
     sampling = SamplingParams(temperature=0.0, max_tokens=tokens)
-    messages = [{"role": "system", "content": "You are a web agent."},
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a web agent."},
                 {"role": "user", "content": [{"type": "text", "text": "Task: find the cheapest mug."},
                                              {"type": "image", "image": "shot.jpg"}]}]
     done = {"requests": 0, "tokens": 0}

@@ -256,7 +256,7 @@ def engine_scale(d: dict[str, Any]) -> list[str]:
 
 
 def _writer_busy(row: dict[str, Any]) -> float:
-    """The share of a core the frame writer thread (``engine.frame_writer.THREAD_NAME``) used in a level."""
+    """The share of a core the frame writer thread (``engine.store.frame_writer.THREAD_NAME``) used in a level."""
     return float(row["engine_threads_cpu_busy"].get("frame-writer", 0.0))
 
 
@@ -384,7 +384,8 @@ def netpolicy(d: dict[str, Any]) -> list[str]:
     return [f"{cfg['repeats']} runs per side, alternating, of {cfg['episodes']} episodes at {cfg['concurrency']} "
             f"concurrent with {cfg['workers']} workers.", "",
             *table(("network policy", "steps/s, median [min-max]"),
-                   ((side, range_text(d[f"{side}_steps_per_s"], *d[f"{side}_range"], runs[side]))
+                   ((side, range_text(d[f"{side}_steps_per_s"], d[f"{side}_range"][0], d[f"{side}_range"][1],
+                                      runs[side]))
                     for side in ("on", "off"))),
             "", f"on / off: {stored(d['ratio'])} (a cost of {stored(d['cost_percent'])}%).", ""]
 

@@ -29,10 +29,10 @@ from aiohttp import web
 
 from bench.ceiling import CLICK, HEAVY_PAGES, stack_cpu
 from browserpool.config import WorkerConfig
-from engine.config import RunConfig
-from engine.core import EngineCore
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
 from engine.sites.server import SiteServer
-from engine.tasks import StepCaps, Task
+from engine.tasks.schema import StepCaps, Task
 from policy.instant import InstantPolicy
 
 AD_SCRIPT = """(() => {
@@ -139,8 +139,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     def med(side: str, key: str) -> float:
         return round(statistics.median(r[key] for r in runs[side]), 2)
 
-    summary = {side: {k: med(side, k) for k in ("steps_per_s", "chromium_ms_per_step", "stack_ms_per_step",
-                                                  "ad_requests")} for side in runs}
+    summary: dict[str, Any] = {side: {k: med(side, k) for k in ("steps_per_s", "chromium_ms_per_step",
+                                                                "stack_ms_per_step", "ad_requests")}
+                               for side in runs}
     summary["chromium_cpu_saved_pct"] = round(100 * (1 - summary["with"]["chromium_ms_per_step"]
                                                      / summary["without"]["chromium_ms_per_step"]), 1)
     summary["steps_per_s_ratio"] = round(summary["with"]["steps_per_s"] / summary["without"]["steps_per_s"], 3)

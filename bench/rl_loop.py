@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.model_api import ChatRequest, Generation, image_refs
+from engine.agent.model_api import ChatRequest, Generation, image_refs
 from policy.hf_backend import HFModel
 from policy.simulated import LatencyModel
 from policy.tiny_models import build_tiny_model
 from policy.weight_sync import InProcessSync
 from train.config import TrainConfig
-from train.loop import IterationReport, LoopConfig, run_loop
+from train.loop import IterationReport, run_loop
+from train.loop_config import LoopConfig, LoopMode
 from train.policy_target import PolicyTarget
 from train.utilization import CountingModel
 
@@ -76,7 +77,7 @@ class PacedModel(CountingModel):
         return gen
 
 
-def config(root: Path, model: Path, mode: str, args: argparse.Namespace) -> LoopConfig:
+def config(root: Path, model: Path, mode: LoopMode, args: argparse.Namespace) -> LoopConfig:
     tasks = root / "coin.jsonl"
     tasks.write_text("\n".join(json.dumps(t) for t in COIN_TASKS) + "\n")
     train = TrainConfig.from_dict({
@@ -105,7 +106,7 @@ def summarise(mode: str, reports: list[IterationReport], wall_s: float) -> dict[
             "max_staleness": max(r.max_staleness for r in reports), "versions": [r.versions_seen for r in reports]}
 
 
-async def run_mode(root: Path, model: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+async def run_mode(root: Path, model: Path, mode: LoopMode, args: argparse.Namespace) -> dict[str, Any]:
     hf = HFModel(str(model), device="cpu", max_batch=args.concurrency)
     target = PolicyTarget(PacedModel(hf, LatencyModel(speed=args.speed)), InProcessSync(hf))
     t0 = time.monotonic()

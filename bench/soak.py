@@ -39,14 +39,16 @@ from bench.growth_trace import GrowthTrace
 from bench.null_worker import null_workers
 from bench.record_audit import audit_records, recorded_ids
 from bench.report import row, slope, write_result
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.gc_tuning import tune_for_engine_process
-from engine.rollout import EpisodeStatus
-from engine.runner import plan_episodes
+from engine.clients.runner import plan_episodes
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.gc_tuning import tune_for_engine_process
+from engine.episode.status import EpisodeStatus
 from engine.sites.server import SiteServer
-from engine.store import episode_key
-from engine.tasks import BUNDLED_TASKS, load_tasks
+from engine.store.records import EpisodeRecord
+from engine.store.run_dir import episode_key
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import BUNDLED_TASKS
 from policy.registry import make_policy
 
 # Goals for the slopes after warm-up (MiB per 1,000 episodes), and why (docs/measured.md repeats this):
@@ -138,8 +140,10 @@ def series_figures(samples: list[dict[str, Any]], warmup: int, workers: int) -> 
         return {"after_warmup_mib": ys[0], "end_mib": ys[-1], "peak_mib": max(value(s) for s in samples),
                 "slope_mib_per_1k": None if fit is None else round(fit, 3), "per_process": per_process}
 
-    out = {kind: series(lambda s, k=kind: s["kinds"][k], workers if kind in PER_WORKER else 1)
-           for kind in proc_stats.KINDS}
+    def of_kind(kind: str) -> Callable[[dict[str, Any]], float]:
+        return lambda s: s["kinds"][kind]
+
+    out = {kind: series(of_kind(kind), workers if kind in PER_WORKER else 1) for kind in proc_stats.KINDS}
     # The engine's USS moves in steps of a few MiB, up and back down, with no change in its RSS: pages it shares
     # with another process, or stops sharing. Its RSS says what its own memory does; shown beside, with no goal.
     out["engine_rss"] = series(lambda s: s["engine_rss"], 1)
@@ -280,7 +284,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         core.on_record(progress_printer(core, args.episodes))
         trace = GrowthTrace()
 
-        def trace_after_warmup(_rollout: Any, _record: dict[str, Any]) -> None:
+        def trace_after_warmup(_rollout: Any, _record: EpisodeRecord) -> None:
             if not trace.started and core.stats.done >= warmup:
                 trace.start(core.stats.done)
 

@@ -26,7 +26,7 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,7 +247,8 @@ def _cpu_model() -> str | None:
 
 # --- plots ---------------------------------------------------------------------------------------------------
 def plot_series(path: Path, title: str, xlabel: str, ylabel: str,
-                series: dict[str, tuple[Sequence[float], Sequence[Figure | None]]], *, logx: bool = True,
+                series: Mapping[str, tuple[Sequence[float] | Sequence[str], Sequence[Figure | None]]], *,
+                logx: bool = True,
                 hline: float | None = None, hline_label: str = "goal", kind: str = "line",
                 styles: dict[str, dict[str, Any]] | None = None) -> Path:
     """One plot: per series, x values and the figures at them (median, min-max error bars); saved as PNG.

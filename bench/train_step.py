@@ -251,10 +251,10 @@ def summary_rows(results: list[dict[str, Any]], seq: int) -> list[dict[str, Any]
 
     fastest: dict[tuple[int, str], dict[str, Any]] = {}
     for r in results:
-        key = (r["batch"], r["checkpointing"])
+        setting = (r["batch"], r["checkpointing"])
         if r["vision_attention"] == "varlen" and r["tokens_per_s"] and (
-                key not in fastest or r["tokens_per_s"] > fastest[key]["tokens_per_s"]):
-            fastest[key] = r
+                setting not in fastest or r["tokens_per_s"] > fastest[setting]["tokens_per_s"]):
+            fastest[setting] = r
     rows = []
     for r in results:
         if r["tokens_per_s"] is None:
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{f'{peak:g} TFLOP/s' if peak else 'unknown (no utilisation printed)'}")
     per_image = (height // 28) * (width // 28)
     wants_types = model_wants_mm_token_types(model)
-    checkpointing_value = {"off": False, "vision": "vision", "on": True}
+    checkpointing_value: dict[str, bool | str] = {"off": False, "vision": "vision", "on": True}
     vision_settings = ["default", "varlen"] if args.vision_attention == "both" else [args.vision_attention]
     mlp_settings = ["default", "aligned"] if args.vision_mlp == "both" else [args.vision_mlp]
     results: list[dict[str, Any]] = []

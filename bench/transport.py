@@ -18,7 +18,7 @@ import contextlib
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
@@ -98,7 +98,7 @@ async def echo(curve: bool, seconds: float, in_flight: int = 8) -> dict[str, Any
     for s in (server, client):
         s.setsockopt(zmq.LINGER, 0)
     server.bind("tcp://127.0.0.1:0")
-    client.connect(server.getsockopt(zmq.LAST_ENDPOINT).decode())
+    client.connect(cast(bytes, server.getsockopt(zmq.LAST_ENDPOINT)).decode())  # a bytes option (pyzmq: int | bytes)
     payload = b"\xab" * PAYLOAD
     trips = 0
 

@@ -47,8 +47,8 @@ def create_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
         pub, sec = zmq.auth.create_certificates(d, name)
     finally:
         os.umask(old)
-    for p in (pub, sec):
-        os.chmod(p, 0o600)
+    for f in (pub, sec):
+        os.chmod(f, 0o600)
     return Path(pub), Path(sec)
 
 
@@ -147,7 +147,7 @@ class ClientKeys:
 class _AllowList:
     """The ZAP credentials provider: a set of allowed z85 public keys, with bans, reporting refusals."""
 
-    def __init__(self, keys: set[bytes], on_refused: Callable[[str], None] | None) -> None:
+    def __init__(self, keys: set[bytes], on_refused: Callable[[str], object] | None) -> None:
         self.keys = keys
         self.banned: set[bytes] = set()
         self.on_refused = on_refused
@@ -172,7 +172,7 @@ class CurveGuard:
     A peer's messages carry its z85 public key as the frame property ``User-Id``."""
 
     def __init__(self, ctx: zmq.Context[Any], keys: ServerKeys,
-                 on_refused: Callable[[str], None] | None = None) -> None:
+                 on_refused: Callable[[str], object] | None = None) -> None:
         self._auth = ThreadAuthenticator(zmq.Context.shadow(ctx.underlying))
         self.allow = _AllowList(set(keys.allowed), on_refused)  # a copy: bans and additions stay here
 

@@ -61,8 +61,10 @@ class Instance:
         """True while the very process this names runs (same pid, same start time; a zombie, dead but not yet
         reaped by its parent, does not run)."""
         fields = _stat_fields(self.pid)
+        if not fields:
+            return False
         try:
-            return bool(fields) and fields[0] not in (b"Z", b"X") and int(fields[19]) == self.start
+            return fields[0] not in (b"Z", b"X") and int(fields[19]) == self.start
         except (IndexError, ValueError):
             return False
 

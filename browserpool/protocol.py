@@ -231,7 +231,9 @@ class Operation(msgspec.Struct, array_like=True, tag_field="op", forbid_unknown_
 
     @property
     def op(self) -> Op:
-        return Op(self.__struct_config__.tag)
+        tag = self.__struct_config__.tag
+        assert isinstance(tag, str)  # every operation struct is tagged with its Op's value
+        return Op(tag)
 
 
 class Open(Operation, tag=Op.OPEN.value):
@@ -382,12 +384,12 @@ def decode_from_worker(data: bytes | memoryview) -> Hello | Heartbeat | Reply:
     msg = _decode(_from_worker, data)
     if isinstance(msg, _RawReply):
         return Reply(msg.req_id, msg.ok, msg.body, msg.error, msg.error_kind)
-    return msg  # type: ignore[return-value]
+    return msg
 
 
 def decode_from_engine(data: bytes | memoryview) -> Welcome | Request | Shutdown:
     """What a worker accepts from the engine."""
-    return _decode(_from_engine, data)  # type: ignore[return-value]
+    return _decode(_from_engine, data)
 
 
 def decode_observation(body: Any) -> Observation:

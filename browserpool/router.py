@@ -13,6 +13,7 @@ and a send wakes a waiting reader to look again.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import zmq
 
@@ -28,19 +29,21 @@ _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 class RouterSocket:
     """One ROUTER socket of a ``zmq.Context``; every method runs on the event loop's thread."""
 
-    def __init__(self, ctx: zmq.Context, max_message_bytes: int) -> None:  # type: ignore[type-arg]
-        self.sock: zmq.Socket = zmq.Socket(ctx, zmq.ROUTER)  # type: ignore[type-arg]
+    def __init__(self, ctx: zmq.Context, max_message_bytes: int) -> None:
+        self.sock: zmq.Socket = zmq.Socket(ctx, zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # bigger messages never reach Python
         self.sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
-        self._fd: int = self.sock.getsockopt(zmq.FD)  # fixed for the socket's life; ``sock.FD`` is a getsockopt call
+        # Fixed for the socket's life; ``sock.FD`` is a getsockopt call. (pyzmq types every option's value as
+        # ``int | bytes``; FD is an int.)
+        self._fd = cast(int, self.sock.getsockopt(zmq.FD))
         self._waiter: asyncio.Future[None] | None = None
         self._reading: asyncio.AbstractEventLoop | None = None  # the loop watching the descriptor, while one does
 
     def bind(self, endpoint: str) -> str:
         """Bind to ``endpoint``; the address bound (a tcp port chosen by the system, an ipc path)."""
         self.sock.bind(endpoint)
-        return self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        return cast(bytes, self.sock.getsockopt(zmq.LAST_ENDPOINT)).decode()  # a bytes option (see __init__)
 
     def send(self, identity: bytes, payload: bytes) -> None:
         """Send ``payload`` to the peer ``identity`` (dropped by ZeroMQ when that peer is gone); raises

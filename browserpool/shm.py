@@ -54,7 +54,9 @@ class SlotRing:
         self._in_use[slot] = True
         self._generation[slot] += 1
         start = slot * self.slot_size
-        self._shm.buf[start:start + n] = data
+        buf = self._shm.buf
+        assert buf is not None  # None only once the segment is closed
+        buf[start:start + n] = data
         return FrameRef(slot, self._generation[slot], n)
 
     def release(self, slot: int, generation: int) -> bool:
@@ -128,5 +130,6 @@ def unlink_segment(name: str) -> None:
         seg.unlink()  # also drops the tracker registration that attaching made
     except FileNotFoundError:
         # Removed meanwhile (by its worker, or a reaper): the registration must still go, or the tracker warns of a
-        # leaked segment when this process exits.
+        # leaked segment when this process exits. (``_name``, with its leading slash, is the name the tracker holds;
+        # typeshed lists only ``name``.)
         resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]

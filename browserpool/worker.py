@@ -11,81 +11,50 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
-import psutil
 import zmq
 import zmq.asyncio
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from playwright.async_api import Browser, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
+# Names imported "as" themselves are re-exported: they lived here, and code elsewhere imports them from here.
 from browserpool import lifeline
 from browserpool import protocol as P
 from browserpool.auth import CURVE_ENV, ClientKeys, KeyFileError
 from browserpool.config import WorkerConfig
 from browserpool.consent import CONSENT_MODES, consent_script
+from browserpool.contexts import ContextPool, ContextSlot, Episode
+from browserpool.image_ops import _draw_marks as _draw_marks
 from browserpool.instance import Instance
-from browserpool.memory import tree_pss_bytes
-from browserpool.netpolicy import RESOLVER_THREADS, ContextProxy, NetPolicy, bypass_list, engine_sites
-from browserpool.page import ActionRefused, EpisodePage, EventLog, PageHung, TabClosed
-from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
+from browserpool.memory_watch import MemoryWatch, _newest_chromium
+from browserpool.netpolicy import NetPolicy, engine_sites
+from browserpool.observe import Observer
+from browserpool.page import EpisodePage
+from browserpool.page_errors import ActionRefused, PageHung, TabClosed
+from browserpool.proxy import RESOLVER_THREADS
 from browserpool.request_rules import RequestRules
 from browserpool.shm import SlotRing
 from browserpool.stderr_log import log_line
 from browserpool.upstream import ProxyPool
-
-T = TypeVar("T")
+from browserpool.worker_exit import EXIT_ENGINE_GONE, Leaving, serve
 
 EXIT_BROWSER_LOST = 3
-SIGNAL_GRACE_S = 5.0  # how long a spawned worker signalled while its engine lives waits for the engine's Shutdown
-EXIT_ENGINE_GONE = 4  # the engine that spawned this worker died (or was gone before the worker started)
-_leaving = threading.Lock()  # held by the one caller of BrowserWorker.leave
 
 
 class NoEpisode(Exception):
     """A request names an episode that has no page on this worker (closed, discarded, never opened)."""
 
 
-@dataclass
-class ContextSlot:
-    """A BrowserContext and its tab, kept between episodes (state cleared), and its use count; its network
-    proxy (the policy), the events its pages produce, and the popups on their way to being closed."""
+class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
+    """Serves Requests from the engine until told to shut down or its browser dies.
 
-    context: BrowserContext
-    page: EpisodePage | None = None
-    uses: int = 0
-    events: EventLog = field(default_factory=EventLog)
-    proxy: ContextProxy | None = None
-    creating_page: bool = False  # the worker's own new_page() is under way: that page is no popup
-    closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed (their tasks held)
-    popups: int = 0  # pages this episode's pages opened besides its tab
-
-
-@dataclass
-class Episode:
-    slot: ContextSlot
-    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
-    som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
-    som_cap: int = 0  # the most elements a Set-of-Marks pass lists (and so draws): the open's cap within the worker's
-    probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
-    last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
-
-    @property
-    def page(self) -> EpisodePage:
-        assert self.slot.page is not None
-        return self.slot.page
-
-
-class BrowserWorker:
-    """Serves Requests from the engine until told to shut down or its browser dies."""
+    Its parts: observations (:class:`~browserpool.observe.Observer`), the context pool
+    (:class:`~browserpool.contexts.ContextPool`), the memory watch (:class:`~browserpool.memory_watch.MemoryWatch`)
+    and the immediate exit (:class:`~browserpool.worker_exit.Leaving`); here: the socket loop and the requests."""
 
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
@@ -243,7 +212,7 @@ class BrowserWorker:
     async def _send(self, msg: P.Message) -> None:
         await self._sock.send(P.encode(msg), copy=False)
 
-    def _release(self, pairs: list[list[int]]) -> None:
+    def _release(self, pairs: list[tuple[int, int]]) -> None:
         if self.ring:
             for slot, gen in pairs:
                 self.ring.release(slot, gen)
@@ -399,323 +368,6 @@ class BrowserWorker:
             _, settle_timings = await ep.page.settled()
             timings["consent_ms"] = settle_timings["settle_ms"]
 
-    async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
-                       point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
-                       fmt: str = "jpeg", retry_after: str | None = None) -> P.Observation:
-        """The settled page as an Observation: the screenshot (``fmt`` jpeg or png; Set-of-Marks boxes drawn on
-        it with ``som``, default the episode's mode), its elements, the probe's value and the page's events.
-        ``shot`` False: no screenshot (a client that asks for one when it wants it: the HTTP server). ``retry_after``:
-        a rate-limited start page's Retry-After header (opens only)."""
-        page = ep.page
-        elements: list[list[Any]] | None = None
-        cut: str | None = None  # why the Set-of-Marks pass stopped early
-        note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
-        som = ep.som if som is None else som
-        probe: Any = None
-        if ep.probe_js is not None:
-            t0 = time.perf_counter()
-            try:
-                probe = await page.evaluate(ep.probe_js)
-            except PlaywrightError as exc:  # the document went away meanwhile (a late navigation)
-                probe = {"error": str(exc).splitlines()[0][:200]}
-            timings["probe_ms"] = _ms(t0)
-        if not shot:
-            return P.Observation(url=page.url, title=page.title, settled=settle == "quiet", settle=settle,
-                                 width=self.cfg.viewport_width, height=self.cfg.viewport_height,
-                                 timings_ms=timings, point=point, note=note, probe=probe,
-                                 events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
-                                 retry_after=retry_after)
-        if som:
-            # Two independent CDP commands of the same settled page: sent together, one round trip instead
-            # of two.
-            cfg = self.cfg
-            captured, marks = await asyncio.gather(
-                _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms)),
-                return_exceptions=True)
-            if isinstance(captured, BaseException):
-                raise captured
-            image, timings["screenshot_ms"] = captured
-            raw = image
-            css_width = float(self.cfg.viewport_width)
-            if isinstance(marks, PlaywrightError):
-                # The document went away during the pass (a late navigation): a plain frame this time.
-                elements, note, timings["som_ms"] = [], f"no elements: {marks}".splitlines()[0][:200], 0.0
-            elif isinstance(marks, BaseException):
-                raise marks
-            else:
-                (css_width, elements, cut), timings["som_ms"] = marks
-                if cut is not None:
-                    why = f"its cap of {ep.som_cap}" if cut == "count" else f"its time budget of {cfg.som_budget_ms} ms"
-                    cut_note = (f"Set-of-Marks: {len(elements)} elements listed, the pass stopped at {why}; the page "
-                                "may have more")
-                    note = cut_note if note is None else f"{note}; {cut_note}"
-            t0 = time.perf_counter()
-            if elements:
-                image = await asyncio.get_running_loop().run_in_executor(
-                    None, _draw_marks, image, elements, css_width, self.cfg.jpeg_quality, fmt)
-            timings["draw_ms"] = _ms(t0)
-        else:
-            t0 = time.perf_counter()
-            image = await page.screenshot(fmt)
-            timings["screenshot_ms"] = _ms(t0)
-            raw = image
-        change = None
-        if fmt == "jpeg":  # the comparison reads JPEGs; an occasional PNG capture leaves the last JPEG in place
-            if ep.last_shot is not None:
-                t0 = time.perf_counter()
-                change = await asyncio.get_running_loop().run_in_executor(None, _changed_fraction, ep.last_shot,
-                                                                          raw)
-                timings["diff_ms"] = _ms(t0)
-            ep.last_shot = raw
-        ref = self.ring.write(image) if (self.ring and self.use_shm) else None
-        # A Reply's body: msgspec encodes the struct as an array.
-        return P.Observation(url=page.url, title=page.title, settled=settle == "quiet", settle=settle,
-                             width=self.cfg.viewport_width, height=self.cfg.viewport_height, frame=ref,
-                             frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
-                             elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
-                             status=page.status, load_error=page.load_error, retry_after=retry_after,
-                             elements_cut=cut)
-
-    async def _new_context(self) -> ContextSlot:
-        assert self.browser is not None
-        cfg = self.cfg
-        events = EventLog(cfg.max_events_per_observation)
-        proxy = None
-        extra: dict[str, Any] = {}
-        if self.netpolicy is not None:
-            # One proxy per context: every load it refuses is this context's, hence its episode's. The engine's
-            # own sites bypass it (no cost on the bundled sites); "<-loopback>" sends every other loopback
-            # load through it, too.
-            proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
-                                 cfg.net_hosts, cfg.settle_timeout_s,
-                                 on_unreachable=lambda url, detail: events.add("unreachable", url, detail),
-                                 upstream=self.proxies, rules=self.rules)
-            await proxy.start()
-            extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
-        try:
-            ctx = await self.browser.new_context(
-                viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},
-                device_scale_factor=1, locale="en-US", timezone_id="UTC", service_workers="block",
-                accept_downloads=False, **({"user_agent": cfg.user_agent} if cfg.user_agent else {}), **extra)
-            await ctx.add_init_script(INIT_SCRIPT if proxy is None else INIT_SCRIPT + NO_WEBRTC_SCRIPT)
-        except BaseException:
-            if proxy is not None:
-                await proxy.close()
-            raise
-        slot = ContextSlot(ctx, events=events, proxy=proxy)
-        ctx.on("page", lambda page: self._on_page(slot, page))
-        if proxy is not None:
-            # However the context ends (dropped, its browser recycled or gone), its proxy stops with it.
-            ctx.on("close", lambda _ctx: asyncio.ensure_future(proxy.close()))
-        return slot
-
-    def _on_page(self, slot: ContextSlot, page: Page) -> None:
-        """A page the context opened besides the episode's tab (a popup, a new tab): closed at once. The
-        episode's tab has already taken the URL of a popup its action opened (EpisodePage); one it did not
-        announce (opened from an out-of-process frame) is recorded here."""
-        if slot.creating_page or (slot.page is not None and page is slot.page.page):
-            return
-        ep_page = slot.page
-        if ep_page is not None and ep_page.announced_popups > 0:
-            ep_page.announced_popups -= 1
-        elif ep_page is not None:
-            ep_page.popup_closed(page.url)
-        else:
-            slot.events.add("popup", page.url, "closed")
-        slot.popups += 1  # the context is not reused after this episode
-        task = asyncio.ensure_future(self._close_page(page))
-        slot.closing.add(task)
-        task.add_done_callback(slot.closing.discard)
-
-    @staticmethod
-    async def _close_page(page: Page) -> None:
-        with contextlib.suppress(TimeoutError, PlaywrightError):
-            async with asyncio.timeout(5):
-                await page.close()
-
-    async def _close(self, episode_id: str) -> None:
-        ep = self.episodes.pop(episode_id, None)
-        if ep is None:
-            return
-        self._recycle_after_request()
-        # An operation of this episode may still be running (the engine gave up on it: a deadline, an episode
-        # cap): let it end, within its own caps, before the page is reset under it; else the context goes.
-        try:
-            async with asyncio.timeout(self.cfg.settle_timeout_s + 2 * self.cfg.screenshot_timeout_s):
-                await ep.busy.acquire()
-        except TimeoutError:
-            await self._drop_context(ep.slot)
-            return
-        ep.busy.release()  # the episode is out of self.episodes: nothing else can take its lock now
-        if await self._context_over_memory(ep):  # a heavy renderer is not reused
-            await self._drop_context(ep.slot)
-            return
-        slot = ep.slot
-        if slot.popups or ep.page.announced_popups:
-            # A popup ran in a renderer of its own, which the worker cannot wait for: what its scripts wrote (storage,
-            # cookies) can land after a reset has cleared them. Dropping the context takes all of it at once.
-            await self._drop_context(slot)
-            return
-        try:
-            # Nothing of this episode outlives it: its proxy connections (tunnels, sockets), the storage of every
-            # origin it loaded from (frames too: the proxy saw them all), a popup not reported yet.
-            more_origins = None
-            if slot.proxy is not None:
-                slot.proxy.close_connections()
-                more_origins, slot.proxy.origins = slot.proxy.origins, set()
-            async with asyncio.timeout(5):
-                reusable = await ep.page.reset(more_origins) and not await ep.page.context_has_other_pages()
-            if reusable:
-                async with asyncio.timeout(5):
-                    await slot.context.clear_cookies()
-        except (TimeoutError, PlaywrightError):
-            await self._drop_context(slot)
-            return
-        # slot.popups again: one reported while the tab was reset (its writes, too, may land late).
-        if not reusable or slot.popups or slot.uses >= self.cfg.context_reuse:
-            await self._drop_context(slot)
-        else:
-            self.idle.append(slot)
-
-    async def _discard(self, episode_id: str) -> None:
-        """Throw away a hung episode's page and context; the worker carries on."""
-        ep = self.episodes.pop(episode_id, None)
-        if ep is not None:
-            await ep.page.terminate_scripts()
-            await self._drop_context(ep.slot)
-
-    async def _drop_context(self, slot: ContextSlot) -> None:
-        with contextlib.suppress(TimeoutError, PlaywrightError):
-            async with asyncio.timeout(10):
-                await slot.context.close()
-
-    # --- memory watch ------------------------------------------------------------------------------
-    async def _context_over_memory(self, ep: Episode) -> bool:
-        """Whether the episode's page holds more heap (V8 plus Blink's) than ``context_memory_mib``: one CDP
-        round trip per episode. A renderer keeps what its pages allocated across a reset (a new document in the
-        same process), so a heavy one is discarded instead of serving the next episode."""
-        cap = self.cfg.context_memory_mib
-        if cap <= 0 or ep.slot.page is None:
-            return False
-        try:
-            async with asyncio.timeout(2.0):
-                usage = await ep.page.cdp.send("Runtime.getHeapUsage")
-        except (TimeoutError, PlaywrightError):
-            return False  # unknown: the reset that follows decides (a page that does not answer is dropped)
-        used = int(usage.get("usedSize", 0)) + int(usage.get("embedderHeapUsedSize", 0))
-        if used <= cap << 20:
-            return False
-        self.contexts_over_memory += 1
-        log_line(f"worker {self.cfg.worker_id}: a context's heap is {used / 2**20:.0f} MiB, over the "
-                 f"{cap} MiB cap: discarded, not reused")
-        return True
-
-    def _browser_pss(self) -> int:
-        """PSS of the browser's process tree (blocking: run in a thread)."""
-        if not self._chromium_pid or not psutil.pid_exists(self._chromium_pid):
-            self._chromium_pid = _newest_chromium()
-        return tree_pss_bytes(self._chromium_pid)
-
-    async def _watch_browser_memory(self) -> None:
-        """Every ``memory_check_s``, read the browser's PSS (in a thread: a few ms of kernel time per process, not
-        per step) for the heartbeats (the engine's memory figures); above ``browser_memory_mib`` (unless 0) the
-        worker drains: it says so in its heartbeat (the pool leases it no new episodes) and recycles the browser as
-        soon as no episode is live."""
-        cap = self.cfg.browser_memory_mib << 20
-        cost = 0.0  # the first reading was taken at start, before the worker said hello
-        while True:
-            # Reading PSS costs a few ms of kernel time per process: with many renderers the interval stretches
-            # so that the watch stays under ~2% of one core.
-            await asyncio.sleep(max(self.cfg.memory_check_s, 50 * cost))
-            cost = 0.0
-            if not self.draining and self.browser is not None:
-                t0 = time.perf_counter()
-                self.browser_pss = pss = await asyncio.to_thread(self._browser_pss)
-                cost = time.perf_counter() - t0
-                if cap and pss > cap and not self.draining:
-                    await self._start_draining(pss)
-
-    async def _start_draining(self, pss: int) -> None:
-        """The browser is over its memory cap: take no new episodes, say so now, recycle it once idle."""
-        self.draining = True
-        log_line(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
-                 f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it")
-        with contextlib.suppress(zmq.ZMQError):
-            await self._send(self._heartbeat_message())  # now, not at the next beat
-        self._maybe_recycle()
-
-    def _recycle_after_request(self) -> None:
-        """Once the current request (an episode's close) has been answered, recycle if draining and idle."""
-        task = asyncio.current_task()
-        if self.draining and task is not None:
-            task.add_done_callback(lambda _t: self._maybe_recycle())
-
-    def _maybe_recycle(self) -> None:
-        """Start the browser recycle if the worker is draining and nothing is live or in flight. Synchronous:
-        nothing can slip in between the check and ``_browser_ready`` being cleared (opens wait on it)."""
-        if (not self.draining or self._recycling or self.episodes or self.inflight or self.browser is None
-                or self._stop.is_set()):
-            return
-        self._recycling = True
-        self._browser_ready.clear()
-        task = asyncio.create_task(self._recycle_browser())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _recycle_browser(self) -> None:
-        """Close the browser (its idle contexts with it) and launch a new one; then take episodes again."""
-        old, self.browser = self.browser, None
-        assert old is not None
-        t0 = time.perf_counter()
-        try:
-            # Through _drop_context, so that whatever else a context holds is let go of as well.
-            idle, self.idle = self.idle, []
-            for slot in idle:
-                await self._drop_context(slot)
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(10):
-                    await old.close()
-            self.browser = await old.browser_type.launch(
-                executable_path=self.cfg.chromium_path, args=self.cfg.chromium_flags, headless=True)
-            self.browser.on("disconnected", lambda _b: self._on_browser_lost())
-            self._chromium_pid = _newest_chromium()
-            self.browser_pss = 0  # the old tree's reading; the watch reads the new one at its next check
-            self.browser_recycles += 1
-            self.draining = False
-            log_line(f"worker {self.cfg.worker_id}: browser recycled in {_ms(t0):.0f} ms")
-            with contextlib.suppress(zmq.ZMQError):
-                await self._send(self._heartbeat_message())  # not draining any more: lease it episodes again
-        except Exception as exc:  # noqa: BLE001 - no browser: the worker exits and is replaced
-            log_line(f"worker {self.cfg.worker_id}: browser recycle failed: {exc}")
-            self._recycling = False
-            self._on_browser_lost()
-        finally:
-            self._recycling = False
-            self._browser_ready.set()
-
-    # --- dying --------------------------------------------------------------------------------------
-    def kill_browser(self) -> int:
-        """Kill this worker's Chromium (its whole process group: Playwright starts it detached) and the
-        Playwright driver now, with SIGKILL; returns how many processes were signalled. Synchronous: safe from
-        a signal handler or another thread."""
-        return lifeline.kill_descendants()
-
-    def leave(self, reason: str, code: int, tmp_dir: str | None = None) -> NoReturn:
-        """Exit at once (SIGTERM, SIGHUP, the engine's death): kill the browser and driver, unlink the frame
-        ring, remove ``tmp_dir``; no graceful close, which could wait on a dead engine. From any thread."""
-        _leaving.acquire()  # a second caller (the signal and the watch both fire) waits for the exit
-        log_line(f"worker {self.cfg.worker_id}: {reason}; killing the browser and exiting")
-        if self.ring is not None:
-            # Unlink only: unmapping could pull the memory from under a write in progress. (The resource tracker,
-            # which would otherwise unlink it too and warn, is killed below with the other descendants.)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join("/dev/shm", self.ring.name.lstrip("/")))
-        with contextlib.suppress(Exception):
-            self.kill_browser()
-        if tmp_dir:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-        os._exit(code)
-
 
 def client_keys(cfg: WorkerConfig) -> ClientKeys | None:
     """The worker's CURVE keys: handed over by the pool that spawned it (environment, removed at once so that
@@ -744,129 +396,6 @@ def _worth_retrying(page: EpisodePage) -> bool:
     if page.load_error is not None:
         return not page.load_error.startswith(_FINAL_LOAD_ERRORS)
     return page.status is not None and page.status >= 500
-
-
-def _ms(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1000.0, 2)
-
-
-async def _timed(coro: Awaitable[T]) -> tuple[T, float]:
-    """The coroutine's result and how long it took (ms), for operations that run side by side."""
-    t0 = time.perf_counter()
-    return await coro, _ms(t0)
-
-
-# The least change reported for captures that differ at all (Observation.change).
-MIN_CHANGE = 1e-6
-
-
-def _changed_fraction(before: bytes, after: bytes) -> float | None:
-    """How much of the page changed between two screenshots (in a thread: the codec releases the GIL): 0.0 only for
-    byte-identical captures (Chromium encodes an unchanged page to the same bytes), else at least MIN_CHANGE, so
-    that any difference counts as a change, as the original's exact comparison of the frames has it (a word typed
-    into a search box changes well under 0.1% of the pixels)."""
-    if before == after:
-        return 0.0
-    from engine import _imgcodec as imgcodec
-
-    try:
-        return max(imgcodec.frame_diff(before, after)[0], MIN_CHANGE)
-    except imgcodec.ImgCodecError:
-        return None
-
-
-def _draw_marks(image: bytes, elements: list[list[Any]], css_width: float, quality: int, fmt: str = "jpeg") -> bytes:
-    """The screenshot with the elements drawn on as numbered boxes by the compiled codec (run in a thread: it
-    releases the GIL); the same format as it came. Screenshot pixels per CSS px are measured, not assumed
-    (zoom, device scale factor)."""
-    from engine import _imgcodec as imgcodec  # here: a worker that never draws does not load numpy
-
-    img = imgcodec.decode(image) if fmt == "jpeg" else _png_pixels(image)
-    s = img.shape[1] / css_width if css_width > 0 else 1.0
-    imgcodec.draw_som(img, [(e[0], round(e[3] * s), round(e[4] * s), round((e[3] + e[5]) * s),
-                             round((e[4] + e[6]) * s)) for e in elements])
-    return imgcodec.encode(img, quality) if fmt == "jpeg" else _png_bytes(img)
-
-
-def _png_pixels(png: bytes) -> Any:
-    """A PNG as a writable (H, W, 3) uint8 array (PNG captures are for clients that ask for them only)."""
-    import io
-
-    import numpy as np
-    from PIL import Image
-
-    with Image.open(io.BytesIO(png)) as im:
-        return np.array(im.convert("RGB"))
-
-
-def _png_bytes(img: Any) -> bytes:
-    """An (H, W, 3) uint8 array as PNG (the fastest zlib level: these are sent, not archived)."""
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, "PNG", compress_level=1)
-    return buf.getvalue()
-
-
-def _newest_chromium() -> int:
-    """The most recently started root Chromium process under this worker (after a recycle the old one may
-    still be exiting), 0 if none."""
-    best, best_start = 0, -1.0
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            parent = proc.parent()
-            if ("chrom" in proc.name() and "chrom" not in (parent.name() if parent else "")
-                    and proc.create_time() > best_start):
-                best, best_start = proc.pid, proc.create_time()
-        except psutil.Error:
-            continue
-    return best
-
-
-async def serve(worker: BrowserWorker, engine: Instance | None = None, tmp_dir: str | None = None) -> int:
-    """Run ``worker`` until it is told to shut down or its browser dies.
-
-    ``engine``: the process that spawned this worker (None for a worker started by hand). Its death makes the
-    worker leave at once (:meth:`BrowserWorker.leave`: browser killed, ring unlinked). SIGTERM and SIGHUP (and
-    SIGINT, for a spawned worker) do the same when there is no live engine; while the engine lives they are ignored
-    if the engine ignores them, else they start a grace period for the engine's own Shutdown (the engine was most
-    likely signalled too, and closes its episodes on this worker first)."""
-    # A dead engine cannot remove its own temp directory (the one above tmp_dir): its workers do.
-    parent = os.path.dirname(tmp_dir.rstrip("/")) if tmp_dir else ""
-    engines_dir = parent if engine and os.path.basename(parent).startswith(engine.tmp_prefix()) else None
-
-    def engine_gone() -> bool:
-        # Re-parented: the parent-death signal came (the engine may still be a zombie in /proc).
-        return engine is not None and (os.getppid() != engine.pid or not engine.alive())
-
-    loop = asyncio.get_running_loop()
-    grace: list[asyncio.TimerHandle] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        if engine is None or engine_gone():
-            reason = f"got {sig.name}" + (f" (the engine, pid {engine.pid}, is gone)" if engine else "")
-            worker.leave(reason, 128 + sig, engines_dir or tmp_dir)
-        if lifeline.ignores_signal(engine.pid, sig):
-            return  # sent to every process (systemd stops a whole cgroup) and the engine ignores it: so does its worker
-        if not grace:
-            # The engine lives and was most likely signalled too (systemd signals every process of its cgroup; the
-            # pool starts workers in a session of their own, so a process-group signal never gets here). Stopping,
-            # it still needs this worker to close its episodes, then shuts it down: leave on its own only if that
-            # does not come.
-            log_line(f"worker {worker.cfg.worker_id}: got {sig.name}; leaving in {SIGNAL_GRACE_S:g} s unless the "
-                     "engine shuts this worker down first")
-            grace.append(loop.call_later(SIGNAL_GRACE_S, worker.leave, f"got {sig.name}", 128 + sig, tmp_dir))
-
-    # A spawned worker takes a SIGINT sent to it the same way; one started by hand keeps Ctrl-C's graceful
-    # KeyboardInterrupt.
-    for sig in (signal.SIGTERM, signal.SIGHUP, *((signal.SIGINT,) if engine is not None else ())):
-        loop.add_signal_handler(sig, on_signal, sig)
-    if engine is not None:
-        lifeline.EngineWatch(engine, lambda: worker.leave(f"the engine (pid {engine.pid}) is gone",
-                                                          EXIT_ENGINE_GONE, engines_dir or tmp_dir)).start()
-    return await worker.run()
 
 
 def _use_tmp_dir(path: str) -> None:
@@ -917,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         # rings under the naming scheme, and a later engine on this host reaps it if this worker is killed).
         cfg.shm_name = Instance.current().new_shm_name(cfg.worker_id)
     # The network proxies' name lookups run in libuv's thread pool (4 threads unless told), shared by all of this
-    # worker's contexts; each context may hold at most DNS_LOOKUPS_PER_CONTEXT of them (netpolicy).
+    # worker's contexts; each context may hold at most DNS_LOOKUPS_PER_CONTEXT of them (proxy).
     os.environ.setdefault("UV_THREADPOOL_SIZE", str(RESOLVER_THREADS))
     try:
         import uvloop

@@ -7,10 +7,11 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Coroutine
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -22,27 +23,28 @@ from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
 from cli.options import check_net_policy, check_sockets, default_of, net_policy_options, worker_socket_options
+from cli.progress import show_progress, summary_table
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
 from cli.workers import workers_cmd
+from engine.agent.model_api import SamplingParams
+from engine.agent.policy_api import Policy
 from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
-from engine.config import ORDERS, RunConfig
-from engine.core import EngineCore, new_run_dir
-from engine.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
-from engine.gc_tuning import tune_for_engine_process
-from engine.judge import JudgeConfig, RubricJudge
-from engine.judging import rejudge
-from engine.miniwob import is_miniwob_spec, miniwob_mount
-from engine.model_api import SamplingParams
-from engine.policy_api import Policy
-from engine.progress import show_progress, summary_table
-from engine.rewards import unrewardable
-from engine.rollout import MODES, REWARD_MODES
-from engine.runlock import RunDirBusy, lock_run_dir
-from engine.runner import load_task_source, run
-from engine.shutdown import Terminated, until_signal
-from engine.store import StoreFailed
-from engine.tasks import BUNDLED_TASKS, SITES_PLACEHOLDER, Task, TaskFileError
+from engine.clients.runner import load_task_source, run
+from engine.core.builders import new_run_dir
+from engine.core.config import ORDERS, RunConfig
+from engine.core.core import EngineCore
+from engine.core.gc_tuning import tune_for_engine_process
+from engine.core.shutdown import Terminated, until_signal
+from engine.episode.context import MODES, REWARD_MODES
+from engine.rewards.judge import JudgeConfig, RubricJudge
+from engine.rewards.judge_queue import rejudge
+from engine.rewards.programmatic import unrewardable
+from engine.store.run_dir import StoreFailed
+from engine.store.runlock import RunDirBusy, lock_run_dir
+from engine.tasks.miniwob import is_miniwob_spec, miniwob_mount
+from engine.tasks.schema import BUNDLED_TASKS, SITES_PLACEHOLDER, Task, TaskFileError
+from engine.web.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from policy.registry import POLICY_NAMES, BackendConfig, make_judge, make_policy
 from train.cli import export as export_cmd
 from train.cli import train_loop as train_loop_cmd
@@ -50,8 +52,10 @@ from train.cli import train_model as train_model_cmd
 from tui.cli import monitor, run_with_tui
 from viewer.cli import view as view_cmd
 
+T = TypeVar("T")
 
-def _uvloop_run(coro):  # type: ignore[no-untyped-def]
+
+def _uvloop_run(coro: Coroutine[Any, Any, T]) -> T:
     import uvloop
     return uvloop.run(coro)
 
@@ -289,7 +293,7 @@ def run_cmd(**opts: Any) -> None:
         coro = _run_with_progress(cfg, policy, judge, sites, console, show=not o.tui,
                                   manifest={"policy": o.policy, "backend": asdict(backend),
                                             "judge": asdict(judge_cfg)})
-        # SIGTERM and SIGHUP are handled like Ctrl-C (engine.shutdown).
+        # SIGTERM and SIGHUP are handled like Ctrl-C (engine.core.shutdown).
         tune_for_engine_process()
         raise_open_file_limit()
         summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
@@ -311,8 +315,9 @@ def run_cmd(**opts: Any) -> None:
 
 
 def unrewardable_warning(tasks: list[Task], judge_configured: bool, reward: str) -> str | None:
-    """The warning line ``run`` prints when some tasks cannot be rewarded (:func:`engine.rewards.unrewardable`):
-    how many, why, and which flag fixes it; None when every task can be."""
+    """The warning line ``run`` prints when some tasks cannot be rewarded
+    (:func:`engine.rewards.programmatic.unrewardable`): how many, why, and which flag fixes it; None when every task
+    can be."""
     found = unrewardable(tasks, judge_configured, reward)
     if not found:
         return None

@@ -10,8 +10,8 @@ import click
 from rich.console import Console
 
 from browserpool.auth import KeyFileError, warn_insecure
-from engine.config import RunConfig
-from engine.core import server_keys
+from engine.core.builders import server_keys
+from engine.core.config import RunConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,7 +85,7 @@ def check_sockets(cfg: RunConfig, console: Console) -> None:
     except KeyFileError as exc:
         raise click.ClickException(str(exc)) from None
     for endpoint, what in ((cfg.listen, "the worker socket"), (cfg.telemetry, "telemetry")):
-        if (endpoint or "").startswith("tcp://"):
+        if endpoint is not None and endpoint.startswith("tcp://"):
             if cfg.server_key is None and not cfg.insecure:
                 raise click.ClickException(f"{what} on {endpoint} is tcp: give CURVE keys (--server-key, "
                                            "--allow-keys; see `webgym-engine keys`) or pass --insecure")

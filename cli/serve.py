@@ -16,11 +16,11 @@ from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.console_streams import keep_going_without_a_console
 from cli.open_files import raise_open_file_limit
 from cli.options import check_net_policy, check_sockets, net_policy_options, worker_socket_options
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.gc_tuning import tune_for_engine_process
-from engine.local_only import is_loopback
-from engine.shutdown import Terminated, until_signal
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.gc_tuning import tune_for_engine_process
+from engine.core.shutdown import Terminated, until_signal
+from engine.web.local_only import is_loopback
 from server.app import BrowserServer, ServerConfig
 
 DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients read the key from

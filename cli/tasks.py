@@ -18,8 +18,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from engine.task_tools import STRATA, decomposable, decompose_async, model_rewriter, sample, stats, write_jsonl
-from engine.tasks import DEFAULT_STEP_CAPS, Task, TaskFileError, check_file, load_tasks
+from cli.task_tools import STRATA, decomposable, decompose_async, model_rewriter, sample, stats, write_jsonl
+from engine.tasks.loading import check_file, load_tasks
+from engine.tasks.schema import DEFAULT_STEP_CAPS, Task, TaskFileError
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 
@@ -215,7 +216,7 @@ def blocklist_cmd(path: Path, clear_domain: str | None, as_json: bool) -> None:
 
     Domains land there when the judge says the site blocked the agent or a start page was a block page (HTTP 403
     or 429, a challenge page); their tasks are skipped, with a record that says so, until the entry expires."""
-    from engine.blocklist import Blocklist
+    from engine.web.blocklist import Blocklist
 
     if path.is_dir():
         path = path / "blocklist.json"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from engine.agent.coords import CoordFrame
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
+from engine.agent.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 from engine.agent.prompts import AgentConfig
 from engine.agent.protocol import AgentProtocol
-from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
-from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest, StepView
 
 
 def generation_details(gen: Generation, sampling: SamplingParams) -> dict[str, Any]:

@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
-from engine.policy_api import PolicyError
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
+from engine.agent.policy_api import PolicyError
 from policy.prompting import (
     PromptError,
     build_prompt_ids,
@@ -60,7 +60,7 @@ from policy.vision_tokens import vision_token_ids
 
 log = logging.getLogger(__name__)
 
-#: The distributions this backend can take log-probs under (engine.model_api.LOGPROBS_KINDS).
+#: The distributions this backend can take log-probs under (engine.agent.model_api.LOGPROBS_KINDS).
 _RECORDABLE = ("model", "temperature")
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -99,7 +99,7 @@ class HFModel(LanguageModel):
     :mod:`policy.vision_attention`; where the model supports it) or ``"default"`` (transformers' own loop over
     images and windows). ``logprobs_of``: the distribution the replies' log-probs are taken
     under, ``"model"`` (the model's own) or ``"temperature"`` (after the request's temperature, SGLang's default;
-    see :data:`engine.model_api.LOGPROBS_KINDS`).
+    see :data:`engine.agent.model_api.LOGPROBS_KINDS`).
     """
 
     name = "hf"

@@ -3,8 +3,8 @@ benchmarks where the policy must cost nothing. Not an agent."""
 
 from __future__ import annotations
 
-from engine.actions import AgentAction
-from engine.policy_api import Policy, PolicyReply, PolicyRequest
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
 
 
 class InstantPolicy(Policy):

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.actions import AgentAction
-from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest
 
 # Shared helpers, defined inside every solver call (the page's own globals stay untouched).
 _PRELUDE = """

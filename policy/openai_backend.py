@@ -56,8 +56,8 @@ from typing import Any, Literal
 import aiohttp
 
 from engine import json_input
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.policy_api import PolicyError
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.agent.policy_api import PolicyError
 
 ImageTransport = Literal["data_url", "file_url"]
 

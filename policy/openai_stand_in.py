@@ -1,7 +1,7 @@
 """An OpenAI chat-completions server around any language model: a stand-in for vLLM or SGLang without a GPU.
 
 vLLM and SGLang need a GPU. :class:`OpenAIStandInServer` serves a small in-process
-:class:`engine.model_api.LanguageModel` over real HTTP (aiohttp.web on 127.0.0.1, a random port by default) with
+:class:`engine.agent.model_api.LanguageModel` over real HTTP (aiohttp.web on 127.0.0.1, a random port by default) with
 the same chat-completions protocol, so the clients (``policy.openai_backend.OpenAIModel``, the judge, the RL
 loop) run unchanged on CPU runs, demos and tests. It is not a production inference server: no batching of its
 own, no streaming, no tokenizer.
@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlparse
 
 from aiohttp import web
 
-from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
 
 _DATA_URL_PREFIX = "data:image/jpeg;base64,"
 

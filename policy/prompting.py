@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine import _imgcodec as codec
-from engine.model_api import image_refs
+from engine.agent.model_api import image_refs
 from policy.vision import ProcessedImage, VisionConfig, preprocess_jpeg, target_size
 
 #: Where the JPEG bytes of an image REF come from: a mapping (a request's images) or a loader (a run dir).

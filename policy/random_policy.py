@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 import zlib
 
-from engine.actions import AgentAction
-from engine.policy_api import Policy, PolicyReply, PolicyRequest
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
 
 _WORDS = ("mug", "lamp", "paris", "london", "history", "review", "blue", "2", "hello", "search")
 _KEYS = ("Enter", "Tab", "ArrowDown", "Escape", "PageDown")

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from engine.agent.model_api import LanguageModel, SamplingParams
+from engine.agent.policy_api import Policy
 from engine.agent.prompts import AgentConfig
-from engine.judge import JudgeConfig, RubricJudge
-from engine.model_api import LanguageModel, SamplingParams
-from engine.policy_api import Policy
+from engine.rewards.judge import JudgeConfig, RubricJudge
+
+if TYPE_CHECKING:
+    from policy.openai_backend import ImageTransport  # loaded with the openai backend only (aiohttp)
 
 DIRECT_POLICIES = ("scripted", "random", "instant", "miniwob-scripted")
 MODEL_BACKENDS = ("openai", "hf", "vllm", "simulated")
@@ -30,9 +34,9 @@ class BackendConfig:
     device: str = "auto"  # hf: cpu | cuda | auto
     max_batch: int = 16  # hf: requests per generate() call
     timeout_s: float = 120.0  # openai: per request
-    image_transport: str = "data_url"  # openai: data_url | file_url (a server allowed to read the run dir)
+    image_transport: ImageTransport = "data_url"  # openai: data_url | file_url (a server allowed to read the run dir)
     token_ids: bool = False  # openai: ask a vLLM server for the generated token ids (training needs them)
-    logprobs_of: str | None = None  # openai: what the server's log-probs are of (engine.model_api.LOGPROBS_KINDS)
+    logprobs_of: str | None = None  # openai: what the server's log-probs are of (engine.agent.model_api.LOGPROBS_KINDS)
     sim_speed: float = 1.0  # simulated: divides every latency
 
 

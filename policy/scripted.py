@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.actions import AgentAction
-from engine.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import Policy, PolicyError, PolicyReply, PolicyRequest
 
 MAX_SCROLLS_PER_TARGET = 12
 MAX_WAITS_PER_TARGET = 3

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from aiohttp import web
 
-from engine.model_api import ChatRequest, Generation
+from engine.agent.model_api import ChatRequest, Generation
 from policy.openai_stand_in import OpenAIStandInServer, error_response
 
 if TYPE_CHECKING:  # torch stays out of the import: the engine and server parts install without it
@@ -105,7 +105,8 @@ class ServedStandInServer(OpenAIStandInServer):
         self._begin()
         work = asyncio.ensure_future(self.run_model(chat))
         try:
-            await asyncio.wait({work, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            racing: set[asyncio.Future[Any]] = {work, aborted}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._aborts.discard(aborted)
             self._end()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.model_api import ChatRequest, Generation, LanguageModel
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
 from policy.openai_backend import OpenAIModel
 
 

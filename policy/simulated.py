@@ -35,7 +35,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from engine.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, image_refs
 
 _WORDS = ("mug", "lamp", "paris", "london", "history", "review", "blue", "2", "hello", "search")
 _ELEMENT_ID = re.compile(r"^id: (\d+),", re.MULTILINE)

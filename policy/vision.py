@@ -27,6 +27,10 @@ from engine import _imgcodec as codec
 
 _OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# The defaults of VisionConfig's pixel bounds, here too for from_dict: a slots dataclass keeps no class-level
+# default (``VisionConfig.min_pixels`` is the slot's descriptor).
+_MIN_PIXELS = 56 * 56
+_MAX_PIXELS = 28 * 28 * 1280
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +40,8 @@ class VisionConfig:
     patch_size: int = 14
     temporal_patch_size: int = 2
     merge_size: int = 2
-    min_pixels: int = 56 * 56
-    max_pixels: int = 28 * 28 * 1280
+    min_pixels: int = _MIN_PIXELS
+    max_pixels: int = _MAX_PIXELS
     image_mean: tuple[float, float, float] = _OPENAI_CLIP_MEAN
     image_std: tuple[float, float, float] = _OPENAI_CLIP_STD
     rescale_factor: float = 1 / 255
@@ -58,8 +62,8 @@ class VisionConfig:
         transformers' processor constructor (the released Qwen2-VL configs carry both, Qwen3-VL's only
         ``size``)."""
         size = cfg.get("size") or {}
-        min_pixels = cfg.get("min_pixels") or size.get("shortest_edge") or cls.min_pixels
-        max_pixels = cfg.get("max_pixels") or size.get("longest_edge") or cls.max_pixels
+        min_pixels = cfg.get("min_pixels") or size.get("shortest_edge") or _MIN_PIXELS
+        max_pixels = cfg.get("max_pixels") or size.get("longest_edge") or _MAX_PIXELS
         return cls(
             patch_size=int(cfg.get("patch_size", 14)),
             temporal_patch_size=int(cfg.get("temporal_patch_size", 2)),

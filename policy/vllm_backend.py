@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from engine import _imgcodec as codec
-from engine.model_api import ChatRequest, Generation, LanguageModel, image_refs
-from engine.policy_api import PolicyError
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.agent.policy_api import PolicyError
 
 INSTALL_HINT = ("the vllm backend needs vLLM, which is not installed: pip install 'webgym-engine[vllm]' "
                 "(a CUDA machine is required; or serve the model with `vllm serve` and use --policy openai)")

@@ -34,7 +34,7 @@ from typing import Any, Literal, get_args
 
 import aiohttp
 
-from engine.policy_api import PolicyError
+from engine.agent.policy_api import PolicyError
 from policy.hf_backend import HFModel
 from policy.openai_backend import OpenAIModel
 

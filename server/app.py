@@ -22,10 +22,10 @@ from typing import Any, cast
 from aiohttp import web
 
 from browserpool.pool import BrowserOpError, WorkerLost
-from browserpool.protocol import ERR_BROWSER, ERR_HUNG, ERR_NO_EPISODE
+from browserpool.protocol import ERR_BROWSER, ERR_HUNG, ERR_NO_EPISODE, ImageFormat
 from engine import json_input
-from engine.core import EngineCore
-from engine.local_only import web_page_refusal
+from engine.core.core import EngineCore
+from engine.web.local_only import web_page_refusal
 from server.commands import COMMANDS, CommandError, action_record, capture, decode_args
 from server.leases import Lease, LeaseError, LeaseTable
 
@@ -144,7 +144,7 @@ class BrowserServer:
 
     @web.middleware
     async def _programs_only(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Refuse what a web page in a browser on this machine could send (engine.local_only): a page of any site
+        """Refuse what a web page in a browser on this machine could send (engine.web.local_only): a page of any site
         could take every lease; one that points its own name at 127.0.0.1 could drive the browsers."""
         refusal = web_page_refusal(request.headers, self.cfg.host, self.url)
         if refusal is not None:
@@ -193,7 +193,8 @@ class BrowserServer:
         if fmt not in _FORMATS:
             raise LeaseError(400, f"format must be jpeg or png, not {fmt[:20]!r}")
 
-        image = await self._on_lease(lease, lambda: capture(lease, som, fmt))
+        # One of _FORMATS' keys (checked just above), which are the ImageFormats.
+        image = await self._on_lease(lease, lambda: capture(lease, som, cast("ImageFormat", fmt)))
         return web.Response(body=image, content_type=_FORMATS[fmt])
 
     async def execute(self, request: web.Request) -> web.Response:
@@ -207,9 +208,9 @@ class BrowserServer:
             raise LeaseError(400, "The body is not JSON") from None
         if not isinstance(body, dict):
             raise LeaseError(400, "The body must be a JSON object")
-        ids = [body.get("instance_id"), body.get("node")]
-        missing = [k for k, v in zip(("instance_id", "node"), ids, strict=True) if not isinstance(v, str)]
-        if missing:
+        instance_id, node = body.get("instance_id"), body.get("node")
+        if not isinstance(instance_id, str) or not isinstance(node, str):
+            missing = [k for k, v in (("instance_id", instance_id), ("node", node)) if not isinstance(v, str)]
             raise LeaseError(422, f"{', '.join(missing)} must be given as strings")
         names = [k for k in body if k not in ("instance_id", "node")]
         if len(names) != 1:
@@ -219,7 +220,7 @@ class BrowserServer:
         if command is None:
             raise LeaseError(400, f"Unsupported command: {name[:80]}")
         args = decode_args(command, body[name])
-        lease = self.leases.find(*ids)
+        lease = self.leases.find(instance_id, node)
         t0 = time.perf_counter()
         error: str | None = None
         try:

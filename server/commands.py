@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
@@ -20,7 +20,8 @@ from browserpool.config import SOM_BUDGET_MS, SOM_MAX_ELEMENTS
 from browserpool.keys import MODIFIER_BITS, canonical_key_name
 from browserpool.page import SOM_TEXT_CHARS
 from browserpool.page_scripts import som_expression
-from browserpool.protocol import BrowserAction
+from browserpool.protocol import BrowserAction, ImageFormat
+from engine.store.records import ActionRecord
 from server.leases import Lease, LeaseError
 from server.page_info import PAGE_METADATA_JS, interactive_regions, page_text_js, screenshot_info
 
@@ -159,7 +160,8 @@ async def _evaluate(lease: Lease, expression: str) -> Any:
 def _combo(keys: list[str]) -> str:
     """The original's chord (every key down in order, released in reverse) as the engine's key combinations:
     the modifiers held for each of the other keys in turn."""
-    mods, others = [], []
+    mods: list[str] = []
+    others: list[str] = []
     for k in keys:
         name = _MODIFIER_ALIASES.get(k.strip().lower()) or canonical_key_name(k)
         (mods if name in MODIFIER_BITS else others).append(name)
@@ -280,7 +282,7 @@ async def screenshot(lease: Lease, a: Shot) -> dict[str, Any]:
     return {"status": "screenshot_taken"}
 
 
-async def capture(lease: Lease, som: bool, fmt: str = "jpeg") -> bytes:
+async def capture(lease: Lease, som: bool, fmt: ImageFormat = "jpeg") -> bytes:
     """A screenshot of the lease's page now (``/screenshot`` and the ``screenshot`` command). It tells the lease
     where the page is and, with ``som``, its numbered elements (a pass that found none leaves the last ones in
     place, as the original's does); the lease's record keeps it."""
@@ -322,7 +324,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def action_record(name: str, args: _Args) -> dict[str, Any]:
+def action_record(name: str, args: _Args) -> ActionRecord:
     """A command as the records' action (ActionRecord's field names where they fit, the rest as given)."""
     raw = msgspec.to_builtins(args)
     out: dict[str, Any] = {"name": name}
@@ -335,6 +337,7 @@ def action_record(name: str, args: _Args) -> dict[str, Any]:
             out["keys"] = " ".join(value)
         else:
             out[renames.get(key, key)] = value
-    return out
+    # ActionRecord's keys where they fit (typed as it types them), and the command's other arguments as given.
+    return cast("ActionRecord", out)
 
 

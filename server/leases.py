@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from browserpool.pool import BrowserPool, BrowserSession, PoolError
-from engine.core import EngineCore
-from engine.records import RecordError
+from engine.core.core import EngineCore
+from engine.store.records import RecordError
 from server.recorder import LeaseRecorder
 
 ENDED_MEMORY = 4096  # ended lease ids remembered for their "expired" / "lost" answers

@@ -8,11 +8,18 @@ import logging
 import time
 from typing import Any
 
-from engine.core import EngineCore
-from engine.records import FORMAT_VERSION, EpisodeRecord, RecordError, RecordStatus, StepRecord
-from engine.redact import mask_url
-from engine.rollout import EpisodeStatus, Op, State
-from engine.store import StoreFailed, episode_key
+from engine.core.core import EngineCore
+from engine.episode.status import EpisodeStatus, Op, State
+from engine.store.records import (
+    FORMAT_VERSION,
+    ActionRecord,
+    EpisodeRecord,
+    RecordError,
+    RecordStatus,
+    StepRecord,
+)
+from engine.store.run_dir import StoreFailed, episode_key
+from engine.web.redact import mask_url
 
 log = logging.getLogger("webgym_engine.server")
 POLICY_NAME = "http-client"  # the records' policy: whoever drives the lease over HTTP
@@ -61,7 +68,7 @@ class LeaseRecorder:
                 self.status.screenshot = self.frame_path
         self._set(State.RUNNING, Op.SCREENSHOT)
 
-    def step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
+    def step(self, action: ActionRecord, text: str, timings_ms: dict[str, float], result: dict[str, Any],
              error: str | None = None) -> None:
         """One action command ran (or was refused: ``error``)."""
         if self.record:
@@ -102,7 +109,7 @@ class LeaseRecorder:
         self.record = False
         log.warning("lease %s is no longer recorded: %s", self.instance_id, exc)
 
-    def _step(self, action: dict[str, Any], text: str, timings_ms: dict[str, float], result: dict[str, Any],
+    def _step(self, action: ActionRecord, text: str, timings_ms: dict[str, float], result: dict[str, Any],
               error: str | None) -> StepRecord:
         """The step's record: the page the command acted on (the client's last screenshot) and what it did."""
         step: StepRecord = {

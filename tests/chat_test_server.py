@@ -1,7 +1,7 @@
 """A test server: the OpenAI stand-in server with fault injection, for the client tests.
 
 :class:`ChatTestServer` is :class:`policy.openai_stand_in.OpenAIStandInServer` (the OpenAI chat-completions
-protocol over real HTTP on 127.0.0.1 around any :class:`engine.model_api.LanguageModel`: ``data:`` and
+protocol over real HTTP on 127.0.0.1 around any :class:`engine.agent.model_api.LanguageModel`: ``data:`` and
 ``file://`` image URLs, log-probs in the OpenAI shape, token ids as vLLM returns them, the reasoning parser, the
 in-flight counts) plus what the tests of the clients' retry paths need (:class:`FaultInjectingServer`):
 :meth:`~FaultInjectingServer.fail_next` (an HTTP status, e.g. 429 with Retry-After or 500, for the next N
@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engine.model_api import LanguageModel
+from engine.agent.model_api import LanguageModel
 from policy.openai_stand_in import OpenAIStandInServer, error_response
 
 

@@ -27,7 +27,7 @@ from browserpool.pool import BrowserPool, BrowserSession, Frame, PoolConfig
 from browserpool.protocol import Observation
 from browserpool.worker import BrowserWorker
 from engine.sites.server import SiteServer
-from engine.tasks import BUNDLED_TASKS
+from engine.tasks.schema import BUNDLED_TASKS
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 
@@ -214,8 +214,8 @@ async def engine_run(tmp_path_factory: pytest.TempPathFactory, site_server: str)
     """One run written by the engine for the tests that read runs (records, the viewer): the :func:`subset`'s tasks
     (two per site) solved by the scripted policy (successes), then the same run resumed with the random policy for
     three more episodes (failures, scrolls, typing). Shared: copy it (``shutil.copytree``) before changing it."""
-    from engine.config import RunConfig
-    from engine.runner import run
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
     from policy.registry import make_policy
 
     tmp = tmp_path_factory.mktemp("engine-run")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from engine.model_api import ChatRequest, Generation
+from engine.agent.model_api import ChatRequest, Generation
 from policy.hf_backend import HFModel
 from policy.served_stand_in import FLAVORS, ServedStandInServer
 from tests.chat_test_server import FaultInjectingServer

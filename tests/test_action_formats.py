@@ -8,16 +8,17 @@ from typing import Any
 
 import pytest
 
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame
 from engine.agent.formats import FORMATS, action_format
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
 from engine.agent.prompts import AgentConfig, PromptTemplates
-from engine.api import RolloutService
-from engine.config import RunConfig
-from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams
-from engine.runner import run
-from engine.store import read_records
-from engine.tasks import StepCaps, load_tasks
+from engine.clients.runner import run
+from engine.clients.service import RolloutService
+from engine.core.config import RunConfig
+from engine.store.run_dir import read_records
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import StepCaps
 from policy.agent_policy import AgentPolicy
 from policy.registry import BackendConfig, make_policy
 from tests.conftest import fastest, subset

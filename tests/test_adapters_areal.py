@@ -25,11 +25,12 @@ from typing import Any
 
 import pytest
 
-from engine.config import RunConfig
-from engine.gym_env import CoreThread
-from engine.model_api import ChatRequest, Generation, LanguageModel, image_refs
-from engine.store import read_records
-from engine.tasks import Task, load_tasks
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.clients.gym_env import CoreThread
+from engine.core.config import RunConfig
+from engine.store.run_dir import read_records
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import Task
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import subset
 from train.adapters.areal import WebAgentWorkflow, dataset_rows

@@ -42,10 +42,10 @@ from transformers import (  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import qwen3_vl_chat_template  # noqa: E402
 
-from engine.config import RunConfig  # noqa: E402
-from engine.gym_env import CoreThread  # noqa: E402
-from engine.store import read_records  # noqa: E402
-from engine.tasks import load_tasks  # noqa: E402
+from engine.clients.gym_env import CoreThread  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.store.run_dir import read_records  # noqa: E402
+from engine.tasks.loading import load_tasks  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402
 from tests.image_processor import ImageOnlyQwen3VLProcessor  # noqa: E402

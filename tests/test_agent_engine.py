@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from engine._imgcodec import decode
+from engine.agent.model_api import image_refs
 from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.model_api import image_refs
-from engine.runner import run
-from engine.store import read_records
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.store.run_dir import read_records
 from policy.registry import BackendConfig, make_policy
 from tests.conftest import subset
 

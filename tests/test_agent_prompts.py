@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.context import build_messages
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.agent.policy_api import PolicyRequest, StepView
 from engine.agent.prompts import AgentConfig, PromptTemplates, fill, fill_rows, system_prompt
-from engine.model_api import ChatRequest, Generation, LanguageModel, image_refs
-from engine.policy_api import PolicyRequest, StepView
-from engine.tasks import Task
+from engine.tasks.schema import Task
 from policy.agent_policy import AgentPolicy
 from policy.registry import BackendConfig, make_policy
 

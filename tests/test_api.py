@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.actions import AgentAction
-from engine.api import RolloutService
-from engine.config import RunConfig
-from engine.policy_api import Policy, PolicyReply, PolicyRequest
-from engine.runner import run
-from engine.store import StoreFailed, read_records
-from engine.tasks import load_tasks
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
+from engine.clients.runner import run
+from engine.clients.service import RolloutService
+from engine.core.config import RunConfig
+from engine.store.run_dir import StoreFailed, read_records
+from engine.tasks.loading import load_tasks
 from policy.registry import make_policy
 from tests.conftest import SmallDisk, subset, until
 from tui.feed import SocketFeed

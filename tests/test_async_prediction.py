@@ -21,7 +21,7 @@ from bench.async_prediction import (
     planned_work,
     predict,
 )
-from engine.model_api import ChatRequest
+from engine.agent.model_api import ChatRequest
 from policy.simulated import LatencyModel, SharedDecoding, SimulatedModel
 
 FLAT = LatencyModel(prefill_ms=100.0, image_ms=0.0, token_ms=10.0, knee=1e12)  # decoding never slows down

@@ -25,17 +25,17 @@ from browserpool.page import TITLE_CHARS
 from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.protocol import ERR_TOO_LARGE, BrowserAction
 from browserpool.worker import BrowserWorker
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.agent.policy_api import Policy
 from engine.agent.prompts import AgentConfig
-from engine.bounds import ELLIPSIS, PageLimits
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.judge import JudgeConfig
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.policy_api import Policy
-from engine.runner import plan_episodes, run
-from engine.stats import RunStats
-from engine.store import RunStore, read_records
-from engine.tasks import load_tasks
+from engine.clients.runner import plan_episodes, run
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.rewards.judge import JudgeConfig
+from engine.store.run_dir import RunStore, read_records
+from engine.store.stats import RunStats
+from engine.tasks.loading import load_tasks
+from engine.web.bounds import ELLIPSIS, PageLimits
 from policy.agent_policy import AgentPolicy
 from policy.registry import BackendConfig, make_policy
 from tests.chat_test_server import ChatTestServer

@@ -31,8 +31,8 @@ import psutil
 import pytest
 
 from browserpool.config import DEFAULT_CHROMIUM
-from engine.store import read_records
-from engine.tasks import BUNDLED_TASKS
+from engine.store.run_dir import read_records
+from engine.tasks.schema import BUNDLED_TASKS
 from tests.conftest import SmallDisk
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.stats import SUMMARY_KEYS
+from engine.store.stats import SUMMARY_KEYS
 from tests.conftest import subset
 
 

@@ -12,14 +12,15 @@ import pytest
 
 from browserpool.config import WorkerConfig
 from engine._imgcodec import jpeg_size
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.plan_feed import PlanFeeder
-from engine.records import FORMAT_VERSION
-from engine.rollout import EpisodeStatus, Rollout
-from engine.runner import run
-from engine.store import read_records
-from engine.tasks import load_tasks
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.plan_feed import PlanFeeder
+from engine.episode.rollout import Rollout
+from engine.episode.status import EpisodeStatus
+from engine.store.records import FORMAT_VERSION
+from engine.store.run_dir import read_records
+from engine.tasks.loading import load_tasks
 from policy.registry import make_policy
 from tests.conftest import subset
 

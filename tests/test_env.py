@@ -19,12 +19,13 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.env import AsyncWebEnv, EpisodeError
-from engine.gym_env import CoreThread, WebEnv
-from engine.store import StoreFailed, read_records
-from engine.tasks import Task, load_tasks
+from engine.clients.env import AsyncWebEnv, EpisodeError
+from engine.clients.gym_env import CoreThread, WebEnv
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.store.run_dir import StoreFailed, read_records
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import Task
 from policy.registry import BackendConfig, make_policy
 from policy.scripted import ScriptedPolicy
 from tests.conftest import SmallDisk, subset

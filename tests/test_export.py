@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 
 from engine._imgcodec import QWEN2_VL
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame, parse_action
 from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.runner import run
-from engine.store import read_records
-from engine.tasks import BUNDLED_TASKS
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.store.run_dir import read_records
+from engine.tasks.schema import BUNDLED_TASKS
 from policy.registry import make_policy
 from train.cli import export
 from train.demos import demonstration_records

@@ -16,10 +16,11 @@ import pytest
 
 from browserpool import protocol as P
 from browserpool.config import WorkerConfig
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.runner import run
-from engine.store import read_records
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.site_guard import SiteGuard
+from engine.store.run_dir import read_records
 from policy.instant import InstantPolicy
 from tests.conftest import inproc_pool, open_session
 
@@ -139,16 +140,16 @@ async def test_a_fault_of_the_engines_own_ends_its_episode_with_a_record_and_the
     # A stand-in for a bug in the scheduler: the check that comes before an episode raises, once. Before, the
     # runner that met it died with it; with one runner the run then waited forever for the records.
     checks = 0
-    check = EngineCore._skipped_as_blocked
+    check = SiteGuard.skipped_as_blocked
 
-    async def faulty(self: EngineCore, rollout: Any) -> bool:
+    async def faulty(self: SiteGuard, rollout: Any) -> bool:
         nonlocal checks
         checks += 1
         if checks == 2:
             raise RuntimeError("a bug of the engine's own")
         return await check(self, rollout)
 
-    monkeypatch.setattr(EngineCore, "_skipped_as_blocked", faulty)
+    monkeypatch.setattr(SiteGuard, "skipped_as_blocked", faulty)
     cfg = RunConfig(tasks=str(long_tasks(tmp_path, 4, 2)), output_dir=str(tmp_path / "runs"), concurrency=1,
                     workers=1, telemetry=None, mode=mode)
     stats, run_dir = await asyncio.wait_for(run(cfg, InstantPolicy(), sites), 120)

@@ -11,8 +11,8 @@ import textwrap
 def test_an_engine_process_freezes_its_start_up_heap_and_still_collects_cycles() -> None:
     code = textwrap.dedent("""
         import gc, json, weakref
-        import engine.core  # what an engine process has imported when it tunes
-        from engine.gc_tuning import THRESHOLDS, tune_for_engine_process
+        import engine.core.core  # what an engine process has imported when it tunes
+        from engine.core.gc_tuning import THRESHOLDS, tune_for_engine_process
 
         tune_for_engine_process()
         frozen = gc.get_freeze_count()

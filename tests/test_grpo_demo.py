@@ -21,6 +21,9 @@ pytest.importorskip("torch")
 from train.examples.grpo_demo import DemoConfig, run_demo  # noqa: E402
 
 
+# Two RL runs with a model on the CPU: 3 to 6.5 minutes on 2 cores, past the suite's default per-test cap (a guard
+# against hangs, pyproject.toml).
+@pytest.mark.timeout(900)
 def test_grpo_raises_held_out_success_and_shuffled_rewards_do_not(tmp_path: Path) -> None:
     result = run_demo(tmp_path, DemoConfig.quick())
     print(result.report())  # the figures, in the test's log

@@ -19,8 +19,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from engine import _imgcodec as codec  # noqa: E402
-from engine.model_api import ChatRequest, Generation, SamplingParams  # noqa: E402
-from engine.policy_api import PolicyError  # noqa: E402
+from engine.agent.model_api import ChatRequest, Generation, SamplingParams  # noqa: E402
+from engine.agent.policy_api import PolicyError  # noqa: E402
 from policy.hf_backend import HFModel  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from policy.vision import VisionConfig, load_vision_config, preprocess_jpeg, resize_for_model  # noqa: E402

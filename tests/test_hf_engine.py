@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from engine.config import RunConfig  # noqa: E402
-from engine.model_api import SamplingParams  # noqa: E402
-from engine.runner import run  # noqa: E402
-from engine.store import read_records  # noqa: E402
+from engine.agent.model_api import SamplingParams  # noqa: E402
+from engine.clients.runner import run  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.store.run_dir import read_records  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402

@@ -21,10 +21,10 @@ import zmq.asyncio
 from browserpool import protocol as P
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig, PoolError
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.runner import load_task_source, plan_episodes, run
-from engine.store import RunStore, read_records
+from engine.clients.runner import load_task_source, plan_episodes, run
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.store.run_dir import RunStore, read_records
 from policy.registry import make_policy
 from tests.conftest import subset
 

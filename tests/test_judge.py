@@ -1,4 +1,4 @@
-"""The rubric judge (:mod:`engine.judge`) against a real loopback chat-completions server.
+"""The rubric judge (:mod:`engine.rewards.judge`) against a real loopback chat-completions server.
 
 :class:`ScriptedJudgeTestModel` is a test-only stand-in for a judge model, served over HTTP by
 :class:`tests.chat_test_server.ChatTestServer` and reached through the judge's default OpenAI client. It
@@ -22,10 +22,11 @@ import pytest
 import pytest_asyncio
 
 from engine import _imgcodec
-from engine.judge import JudgeConfig, JudgeError, RubricJudge, even_sample, parse_verdict
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.rewards import Reward
-from engine.tasks import RubricGroup, Task
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.rewards.judge import JudgeConfig, JudgeError, RubricJudge
+from engine.rewards.judge_prompts import even_sample, parse_verdict
+from engine.rewards.programmatic import Reward
+from engine.tasks.schema import RubricGroup, Task
 from policy.registry import make_judge
 from tests.chat_test_server import ChatTestServer
 

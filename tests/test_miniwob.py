@@ -13,8 +13,12 @@ import pytest
 
 from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.protocol import ERR_REFUSED, BrowserAction
-from engine.config import RunConfig
-from engine.miniwob import (
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.sites.server import SiteServer
+from engine.store.run_dir import read_records
+from engine.tasks.loading import load_tasks
+from engine.tasks.miniwob import (
     PROBE_JS,
     SETUP_JS,
     load_miniwob_tasks,
@@ -23,10 +27,7 @@ from engine.miniwob import (
     task_names,
     write_miniwob_tasks,
 )
-from engine.runner import run
-from engine.sites.server import SiteServer
-from engine.store import read_records
-from engine.tasks import PAGE_FIELDS, PageHooks, load_tasks
+from engine.tasks.schema import PAGE_FIELDS, PageHooks
 from policy.miniwob_scripted import SOLVED_TASKS
 from policy.registry import make_policy
 

@@ -14,12 +14,12 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from engine.config import RunConfig
-from engine.rollout import EpisodeStatus, Op, State
-from engine.runner import run
-from engine.stats import RunStats
-from engine.telemetry import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
-from engine.telemetry_format import Details, EndpointInfo, TelemetryMessage, decode, encode
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.episode.status import EpisodeStatus, Op, State
+from engine.store.stats import RunStats
+from engine.telemetry.publisher import ENDPOINT_FILE, KEEP_FINISHED, TelemetryPublisher, ipc_endpoint, resolve_endpoint
+from engine.telemetry.wire import Details, EndpointInfo, TelemetryMessage, decode, encode
 from policy.registry import make_policy
 from tests.conftest import FIXTURES_DIR, subset, until
 from tui.app import MonitorApp

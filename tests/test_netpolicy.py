@@ -685,10 +685,10 @@ async def test_allow_private_network_lets_a_loopback_server_through(
 
 async def test_the_bundled_sites_work_with_the_policy_on(tmp_path: Path) -> None:
     """A short engine run of a few bundled tasks (spawned workers, the policy on by default) succeeds."""
-    from engine.config import RunConfig
-    from engine.runner import run
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
     from engine.sites.server import SiteServer
-    from engine.store import read_records
+    from engine.store.run_dir import read_records
     from policy.registry import make_policy
     from tests.conftest import subset
 
@@ -709,9 +709,9 @@ async def test_refused_loads_land_in_the_record_and_the_episode_succeeds(
     the metadata address is a step with the refusal in its note and events, not an error."""
     import json
 
-    from engine.config import RunConfig
-    from engine.runner import run
-    from engine.store import read_records
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
+    from engine.store.run_dir import read_records
     from policy.registry import make_policy
 
     image = f"{target.base_url}/pixel.png"

@@ -21,17 +21,18 @@ from browserpool.config import CHROMIUM_FLAGS, WorkerConfig
 from browserpool.request_rules import RequestRules
 from browserpool.upstream import parse_proxy
 from cli.tasks import tasks as tasks_cli
-from engine.actions import AgentAction
-from engine.blocklist import Blocklist, block_reason, retry_after_s
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.domains import DomainPacer, DomainQueue, domain_of, is_local
-from engine.judge import JudgeConfig
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.policy_api import Policy, PolicyReply, PolicyRequest
-from engine.runner import run
-from engine.store import read_records
-from engine.tasks import load_tasks
+from engine.agent.actions import AgentAction
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.core.site_guard import SiteGuard
+from engine.rewards.judge import JudgeConfig
+from engine.store.run_dir import read_records
+from engine.tasks.loading import load_tasks
+from engine.web.blocklist import Blocklist, block_reason, retry_after_s
+from engine.web.domains import DomainPacer, DomainQueue, domain_of, is_local
 from policy.registry import make_judge
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import SmallDisk
@@ -352,15 +353,15 @@ async def test_actions_on_one_site_keep_to_its_rate(tmp_path: Path, openweb: Ope
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # When the engine sends each action to the site (the moment its pacer lets it go): the limit is the engine's.
     sent: list[float] = []
-    paced = EngineCore._pace
+    paced = SiteGuard.pace
 
-    async def spy(core: EngineCore, url: str) -> float:
-        waited = await paced(core, url)
+    async def spy(guard: SiteGuard, url: str) -> float:
+        waited = await paced(guard, url)
         if domain_of(url) == "wiki.test":
             sent.append(time.monotonic())
         return waited
 
-    monkeypatch.setattr(EngineCore, "_pace", spy)
+    monkeypatch.setattr(SiteGuard, "pace", spy)
     before = len(openweb.hit_times["wiki.test"])
     tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url("wiki.test", f"/r{i}")) for i in range(12)])
     _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=8, domain_limit=8, domain_rate=4.0),

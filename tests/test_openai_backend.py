@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from engine.model_api import ChatRequest, Generation, LanguageModel, SamplingParams, image_refs
-from engine.policy_api import PolicyError
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, SamplingParams, image_refs
+from engine.agent.policy_api import PolicyError
 from policy.openai_backend import OpenAIModel, _parse_retry_after
 from tests.chat_test_server import ChatTestServer
 

@@ -28,10 +28,11 @@ from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool
 from browserpool.worker_host import WorkerHost
 from cli.workers import workers_cmd
-from engine.config import RunConfig
-from engine.core import EngineCore, pool_config
-from engine.runner import load_task_source
-from engine.store import read_records
+from engine.clients.runner import load_task_source
+from engine.core.builders import pool_config
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.store.run_dir import read_records
 from policy.instant import InstantPolicy
 
 try:

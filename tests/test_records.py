@@ -1,4 +1,4 @@
-"""The typed records of a run directory (:mod:`engine.records`): a real run reads back validated and exactly as
+"""The typed records of a run directory (:mod:`engine.store.records`): a real run reads back validated and exactly as
 written; another record format, or a complete line that is not a record, is refused with a message naming the
 file, the line and what to do; a torn last line is left out."""
 
@@ -13,8 +13,9 @@ import pytest
 import pytest_asyncio
 from click.testing import CliRunner
 
-from engine.judging import JudgeQueue
-from engine.records import (
+from engine.rewards.judge_queue import JudgeQueue
+from engine.rewards.programmatic import FactVerdict, Reward
+from engine.store.records import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
     EpisodeRecord,
@@ -24,9 +25,8 @@ from engine.records import (
     decode_judgement,
     decode_record,
 )
-from engine.rewards import FactVerdict, Reward
-from engine.store import RunStore, read_manifest, read_records
-from engine.tasks import parse_task
+from engine.store.run_dir import RunStore, read_manifest, read_records
+from engine.tasks.loading import parse_task
 from train.cli import export
 from viewer.cli import view
 from viewer.report import summarize

@@ -1,4 +1,4 @@
-"""Credential masking (engine/redact.py) and the page-text caps (engine/bounds.py), as pure functions."""
+"""Credential masking (engine/web/redact.py) and the page-text caps (engine/web/bounds.py), as pure functions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 import pytest
 
 from browserpool.protocol import Observation, PageEvent
-from engine.bounds import ELLIPSIS, PageLimits, bound_observation, cap_text, cap_value
-from engine.redact import MASK, is_secret_name, mask_text, mask_url, redact_tree
+from engine.web.bounds import ELLIPSIS, PageLimits, bound_observation, cap_text, cap_value
+from engine.web.redact import MASK, is_secret_name, mask_text, mask_url, redact_tree
 
 
 @pytest.mark.parametrize(("url", "masked"), [

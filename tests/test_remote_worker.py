@@ -30,7 +30,7 @@ from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig, PoolError, WorkerLost
 from browserpool.protocol import HANDSHAKE_TIMEOUT_MS, BrowserAction
 from engine._imgcodec import jpeg_size
-from engine.telemetry import TelemetryPublisher
+from engine.telemetry.publisher import TelemetryPublisher
 from tests.conftest import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

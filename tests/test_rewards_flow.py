@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from engine.api import RolloutService
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.env import AsyncWebEnv
-from engine.judge import JudgeConfig, RubricJudge
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.runner import run
-from engine.stats import RunStats
-from engine.store import read_records
-from engine.tasks import load_tasks
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.clients.env import AsyncWebEnv
+from engine.clients.runner import run
+from engine.clients.service import RolloutService
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.rewards.judge import JudgeConfig, RubricJudge
+from engine.store.run_dir import read_records
+from engine.store.stats import RunStats
+from engine.tasks.loading import load_tasks
 from policy.registry import make_judge, make_policy
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import SmallDisk, subset
@@ -335,7 +335,7 @@ async def test_an_env_episode_gets_the_judges_verdict_later(tmp_path: Path, site
 
 
 async def test_the_straggler_cutter_waits_for_its_fraction_then_the_grace_period() -> None:
-    from engine.stragglers import StragglerCut
+    from engine.core.stragglers import StragglerCut
 
     live: set[Any] = {"a", "b", "c", "d"}  # names stand in for the rollouts: the cutter only hands them on
     cuts: list[list[str]] = []

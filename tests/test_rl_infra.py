@@ -21,11 +21,12 @@ import pytest
 pytest.importorskip("torch")
 
 from bench.rl_loop import COIN_TASKS  # noqa: E402
-from engine.api import RolloutService  # noqa: E402
-from engine.config import RunConfig  # noqa: E402
+from engine.clients.service import RolloutService  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
-from train.loop import LoopConfig, run_loop  # noqa: E402
+from train.loop import run_loop
+from train.loop_config import LoopConfig  # noqa: E402
 
 GROUP = 4
 DENIED = {"task_id": "denied", "task_name": "Look around.", "website": "{SITES}/_test/denied", "difficulty": 1,

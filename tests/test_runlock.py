@@ -1,4 +1,4 @@
-"""The run-directory writer lock (engine/runlock.py) and what --resume does to a run directory: one writer per
+"""The run-directory writer lock (engine/store/runlock.py) and what --resume does to a run directory: one writer per
 run directory across processes, re-entrant within one, gone with its holder (kill -9 included); readers never
 blocked; frames of attempts without a record removed; judge_pending records judged again."""
 
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from engine.config import RunConfig
-from engine.judge import JudgeConfig, RubricJudge
-from engine.runlock import LOCK_NAME, RunDirBusy, holder_pid, lock_run_dir
-from engine.runner import run
-from engine.store import RunStore, read_records
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.rewards.judge import JudgeConfig, RubricJudge
+from engine.store.run_dir import RunStore, read_records
+from engine.store.runlock import LOCK_NAME, RunDirBusy, holder_pid, lock_run_dir
 from policy.registry import make_judge, make_policy
 from tests.chat_test_server import ChatTestServer
 from tests.conftest import subset
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A separate process that takes the lock, says so, and holds it until killed.
 HOLDER = textwrap.dedent("""
     import sys, time
-    from engine.runlock import lock_run_dir
+    from engine.store.runlock import lock_run_dir
     lock_run_dir(sys.argv[1])
     print("HOLDING", flush=True)
     time.sleep(300)
@@ -40,7 +40,7 @@ HOLDER = textwrap.dedent("""
 # A separate process that tries to take the lock once: exit 0 when it got it, 3 when refused.
 TRY = textwrap.dedent("""
     import sys
-    from engine.runlock import RunDirBusy, lock_run_dir
+    from engine.store.runlock import RunDirBusy, lock_run_dir
     try:
         lock_run_dir(sys.argv[1])
     except RunDirBusy as exc:
@@ -82,7 +82,8 @@ def test_readers_are_not_blocked(tmp_path: Path) -> None:
     with RunStoreClosing(tmp_path) as store:
         store.append({"episode_id": "t#0", "task": {"task_id": "t"}, "status": "success"})
         # Another process reads the run while the writer holds it.
-        proc = _python("import sys; from engine.store import read_records; print(len(read_records(sys.argv[1])))",
+        proc = _python("import sys; from engine.store.run_dir import read_records; "
+                       "print(len(read_records(sys.argv[1])))",
                        str(tmp_path), stdout=subprocess.PIPE)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0 and out.strip() == "1"

@@ -17,14 +17,15 @@ import pytest
 pytest.importorskip("torch")
 
 from bench.rl_loop import COIN_TASKS  # noqa: E402
-from engine.model_api import ChatRequest, SamplingParams  # noqa: E402
+from engine.agent.model_api import ChatRequest, SamplingParams  # noqa: E402
 from policy.hf_backend import HFModel  # noqa: E402
 from policy.openai_backend import OpenAIModel  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from policy.weight_sync import server_sync  # noqa: E402
 from tests.served_model_server import ServedModelTestServer  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
-from train.loop import LoopConfig, run_loop  # noqa: E402
+from train.loop import run_loop
+from train.loop_config import LoopConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ import pytest
 import pytest_asyncio
 from PIL import Image
 
-from engine.config import RunConfig
-from engine.core import EngineCore
-from engine.rollout import State
-from engine.store import read_records
+from engine.core.config import RunConfig
+from engine.core.core import EngineCore
+from engine.episode.status import State
+from engine.store.run_dir import read_records
 from server.app import BrowserServer, ServerConfig
 from tests.conftest import SmallDisk, until
 from tests.omnibox_client import OmniboxClient, OmniboxError

@@ -279,8 +279,8 @@ def test_a_run_gives_each_worker_ring_two_slots_per_rollout(concurrency: int, wo
     """A rollout holds up to two frames (the last until it is written, and the new one): a ring with fewer slots
     sends frames inline. Never fewer than configured, never more than a Hello may announce."""
     from browserpool.config import WorkerConfig
-    from engine.config import RunConfig
-    from engine.core import pool_config
+    from engine.core.builders import pool_config
+    from engine.core.config import RunConfig
 
     cfg = RunConfig(concurrency=concurrency, workers=workers, worker=WorkerConfig(endpoint="", slot_count=configured))
     assert pool_config(cfg, None).worker.slot_count == slots

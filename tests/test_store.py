@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from engine import frame_writer
-from engine.records import FORMAT_VERSION
-from engine.store import RunStore, StoreFailed, episode_key, finished_keys, frames_name, read_records
+from engine.store import frame_writer
+from engine.store.records import FORMAT_VERSION
+from engine.store.run_dir import (
+    RunStore,
+    StoreFailed,
+    episode_key,
+    finished_keys,
+    frames_name,
+    read_records,
+)
 from tests.conftest import SmallDisk
 
 

@@ -21,9 +21,7 @@ import pytest
 import pytest_asyncio
 from click.testing import CliRunner
 
-from cli.tasks import tasks as tasks_cli
-from engine.model_api import ChatRequest, Generation, LanguageModel
-from engine.task_tools import (
+from cli.task_tools import (
     SUBTASK_TEMPLATE,
     decomposable,
     decompose,
@@ -34,7 +32,10 @@ from engine.task_tools import (
     subsets,
     write_jsonl,
 )
-from engine.tasks import BUNDLED_TASKS, StepCaps, Task, TaskFileError, check_file, load_tasks, validate_file
+from cli.tasks import tasks as tasks_cli
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
+from engine.tasks.loading import check_file, load_tasks, validate_file
+from engine.tasks.schema import BUNDLED_TASKS, StepCaps, Task, TaskFileError
 from policy.openai_backend import OpenAIModel
 from tests.chat_test_server import ChatTestServer
 

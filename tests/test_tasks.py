@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.tasks import BUNDLED_TASKS, TaskFileError, load_tasks
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import BUNDLED_TASKS, TaskFileError
 
 GOOD = {
     "benchmark_name": "b", "task_id": "t1", "task_name": "Find the price", "domain": "shopping",

@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import train.samples as samples_mod  # noqa: E402
-from engine.config import RunConfig  # noqa: E402
-from engine.model_api import ChatRequest, Generation, SamplingParams, image_refs  # noqa: E402
-from engine.runner import run  # noqa: E402
-from engine.store import read_records  # noqa: E402
-from engine.tasks import BUNDLED_TASKS  # noqa: E402
+from engine.agent.model_api import ChatRequest, Generation, SamplingParams, image_refs  # noqa: E402
+from engine.clients.runner import run  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.store.run_dir import read_records  # noqa: E402
+from engine.tasks.schema import BUNDLED_TASKS  # noqa: E402
 from policy.agent_policy import generation_details  # noqa: E402
 from policy.hf_backend import HFModel  # noqa: E402
 from policy.registry import BackendConfig, make_policy  # noqa: E402

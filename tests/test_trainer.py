@@ -403,7 +403,7 @@ def test_compiled_blocks_train_like_eager_ones_on_micro_batches_of_changing_leng
 
 def test_train_writes_checkpoints_metrics_and_plots_and_the_checkpoint_generates(
         tmp_path: Path, tiny_model: Path, run_dir: Path) -> None:
-    from engine.model_api import ChatRequest, SamplingParams
+    from engine.agent.model_api import ChatRequest, SamplingParams
     from policy.hf_backend import HFModel
     from train.trainer import samples_from_runs, train
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from playwright.async_api import Browser, Page, async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
-from engine.store import read_records
+from engine.store.run_dir import read_records
 from viewer.cli import serve, view
 from viewer.report import CHUNK, build_report, index_row, summarize
 from viewer.screenshot import export_screenshots

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from engine.model_api import ChatRequest, SamplingParams  # noqa: E402
+from engine.agent.model_api import ChatRequest, SamplingParams  # noqa: E402
 from policy.hf_backend import HFModel  # noqa: E402
 from policy.tiny_models import ARCHS, build_tiny_model  # noqa: E402
 from policy.varlen_attention import varlen_attention_forward  # noqa: E402

@@ -17,9 +17,11 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+
+from engine.store.records import ActionRecord, EpisodeRecord, StepRecord, TaskRecord, reward_value
 
 # ---------------------------------------------------------------------------------------------- FBC
 
@@ -33,36 +35,37 @@ class ChosenStep:
     episode_id: str
     step: int  # the step's index in record["steps"]
     weight: float  # its recency weight (RECENCY_WEIGHTINGS): what the sampling was proportional to
-    record: dict[str, Any] = field(repr=False)
+    record: EpisodeRecord = field(repr=False)
 
     @property
-    def step_record(self) -> dict[str, Any]:
+    def step_record(self) -> StepRecord:
         return self.record["steps"][self.step]
 
 
-#: The end states a trajectory is trained on: the task's own verdict, yes or no (:mod:`engine.records`). The others
-#: (``unrewarded``, ``blocked``, ``error`` of any kind, ``judge_pending``: a judge that gave no verdict) say nothing
-#: about the policy: infrastructure caused them or nothing scored them, so they never become a training signal.
+#: The end states a trajectory is trained on: the task's own verdict, yes or no (:mod:`engine.store.records`).
+#: The others (``unrewarded``, ``blocked``, ``error`` of any kind, ``judge_pending``: a judge that gave no verdict) say
+#: nothing about the policy: infrastructure caused them or nothing scored them, so they never become a training signal.
 TRAINABLE_STATUSES = ("success", "failure")
 
 
-def is_trainable(record: dict[str, Any]) -> bool:
+def is_trainable(record: EpisodeRecord) -> bool:
     """The record's reward is the task's verdict on the policy: status ``success`` or ``failure`` (a record
     written by hand without a status: a reward value) and a reward value."""
     status = record.get("status")
-    value = (record.get("reward") or {}).get("value")
+    value = reward_value(record)
     return (status is None or status in TRAINABLE_STATUSES) and isinstance(value, int | float)
 
 
-def is_success(record: dict[str, Any]) -> bool:
+def is_success(record: EpisodeRecord) -> bool:
     """The trajectory solved its task: a trainable record (:func:`is_trainable`) of reward 1."""
-    return is_trainable(record) and (record.get("reward") or {}).get("value") == 1.0
+    return is_trainable(record) and reward_value(record) == 1.0
 
 
-def fbc_eligible(step: dict[str, Any]) -> bool:
+def fbc_eligible(step: StepRecord) -> bool:
     """The original's step filter: the action changed the page, or it is the final ``answer`` (which has no
     next screenshot and is what makes the trajectory succeed)."""
-    if (step.get("action") or {}).get("name") == "answer":
+    action: ActionRecord | dict[str, Any] = step.get("action") or {}
+    if action.get("name") == "answer":
         return True
     return step.get("page_changed") is True
 
@@ -70,7 +73,7 @@ def fbc_eligible(step: dict[str, Any]) -> bool:
 RECENCY_WEIGHTINGS = ("position", "iteration")
 
 
-def fbc_select(records: Sequence[Sequence[dict[str, Any]]], iterations_back: int = 4, recency: float = 0.5,
+def fbc_select(records: Sequence[Sequence[EpisodeRecord]], iterations_back: int = 4, recency: float = 0.5,
                n_samples: int = 1800, seed: int = 0, weighting: str = "position",
                recency_bias_power: float = 2.0) -> list[ChosenStep]:
     """Filtered behaviour cloning's training steps.
@@ -119,7 +122,7 @@ def fbc_select(records: Sequence[Sequence[dict[str, Any]]], iterations_back: int
 
 
 def chosen_selector(chosen: Iterable[ChosenStep], loss_weight: str = "uniform"
-                    ) -> Callable[[int, dict[str, Any], dict[str, Any]], float | None]:
+                    ) -> Callable[[int, EpisodeRecord, StepRecord], float | None]:
     """A ``select`` for :func:`train.samples.build_samples` that keeps exactly the chosen steps (pass the same
     run directories, in the same order, as the records given to :func:`fbc_select`).
 
@@ -130,7 +133,7 @@ def chosen_selector(chosen: Iterable[ChosenStep], loss_weight: str = "uniform"
         raise ValueError("loss_weight must be 'uniform' or 'recency'")
     keys = {(c.run_index, c.episode_id, c.step): (1.0 if loss_weight == "uniform" else c.weight) for c in chosen}
 
-    def select(run_index: int, record: dict[str, Any], step: dict[str, Any]) -> float | None:
+    def select(run_index: int, record: EpisodeRecord, step: StepRecord) -> float | None:
         index = record["steps"].index(step) if step.get("step") is None else int(step["step"])
         return keys.get((run_index, str(record.get("episode_id")), index))
 
@@ -149,7 +152,7 @@ class TrajectoryAdvantage:
     reward: float
     normalised: float  # (reward - group mean) / (group std + eps)
     steps: list[float]  # each step's advantage: normalised * (1/k or 1/|tau|)
-    record: dict[str, Any] = field(repr=False)
+    record: EpisodeRecord = field(repr=False)
 
 
 @dataclass
@@ -170,11 +173,12 @@ class GRPOResult:
         return {t.episode_id: t.steps for t in self.trajectories}
 
 
-def _task_id(record: dict[str, Any]) -> str:
-    return str((record.get("task") or {}).get("task_id", record.get("task_id")))
+def _task_id(record: EpisodeRecord) -> str:
+    task: TaskRecord | dict[str, Any] = record.get("task") or {}
+    return str(task.get("task_id", record.get("task_id")))
 
 
-def grpo_advantages(groups: Mapping[str, Sequence[dict[str, Any]]] | Iterable[dict[str, Any]],
+def grpo_advantages(groups: Mapping[str, Sequence[EpisodeRecord]] | Iterable[EpisodeRecord],
                     normaliser: str = "1/k", k: float = 10, eps: float = 1e-6,
                     shuffle_seed: int | None = None) -> GRPOResult:
     """Group-normalised advantages per step.
@@ -209,7 +213,8 @@ def grpo_advantages(groups: Mapping[str, Sequence[dict[str, Any]]] | Iterable[di
         if not rewarded:
             result.skipped[task_id] = "no rewarded trajectories"
             continue
-        rewards = np.asarray([float(r["reward"]["value"]) for r in rewarded], dtype=np.float64)
+        # Trainable records (is_trainable): each reward value is a number.
+        rewards = np.asarray([float(cast(float, reward_value(r))) for r in rewarded], dtype=np.float64)
         if rng is not None:
             rewards = rng.permutation(rewards)
         std = float(rewards.std())

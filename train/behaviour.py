@@ -3,7 +3,7 @@
 GRPO's decoupled PPO weighs each token by ``exp(logp_prox - logp_behave)``: the proximal log-prob, which the
 trainer computes, and the behaviour one, which the rollout recorded, must be taken under the same distribution,
 or the weights are wrong from the first update on. A step's ``parsed.logprobs_of`` says which distribution the
-backend reported (:data:`engine.model_api.LOGPROBS_KINDS`):
+backend reported (:data:`engine.agent.model_api.LOGPROBS_KINDS`):
 
 ==================  ====================================================  ===========  ============
 ``logprobs_of``     needs                                                 temperature  comparable
@@ -25,10 +25,25 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from train.samples import Sample
+
+class RecordedStep(Protocol):
+    """What :func:`require_comparable` reads of a training sample (:class:`train.samples.Sample`)."""
+
+    @property
+    def run_dir(self) -> str: ...
+    @property
+    def episode_id(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def behaviour_logprobs(self) -> list[float] | None: ...
+    @property
+    def logprobs_of(self) -> str | None: ...
+    @property
+    def logprobs_comparable(self) -> bool: ...
+
 
 #: What to do about log-probs the trainer cannot reproduce (part of :func:`require_comparable`'s message).
 REMEDY = ("serve the policy with raw log-probs (vLLM's default, --logprobs-mode raw_logprobs; SGLang with "
@@ -83,7 +98,7 @@ def _why(kind: str | None) -> str:
     return f"{kind!r} (unknown)"
 
 
-def require_comparable(samples: Sequence[Sample]) -> None:
+def require_comparable(samples: Sequence[RecordedStep]) -> None:
     """Raise ``ValueError`` when any sample has recorded behaviour log-probs the trainer cannot reproduce (GRPO
     would weigh its tokens wrongly); the message says how many, which ``logprobs_of`` values, and what to do.
     Samples without recorded log-probs are fine: the trainer uses the proximal ones for them."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from engine.records import RecordFormatError
+from engine.store.records import RecordFormatError
 from train.export import dataset_info, export_sharegpt
 
 
@@ -99,9 +99,10 @@ def train_loop(config: str) -> None:
     servers) in place; repeat."""
     import uvloop
 
-    from engine.store import StoreFailed
+    from engine.store.run_dir import StoreFailed
     from train.config import ConfigError
-    from train.loop import LoopConfig, run_loop
+    from train.loop import run_loop
+    from train.loop_config import LoopConfig
 
     try:
         cfg = LoopConfig.load(config)

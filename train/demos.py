@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from engine import _imgcodec as codec
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.context import build_messages
 from engine.agent.coords import CoordFrame
+from engine.agent.model_api import LanguageModel
+from engine.agent.policy_api import StepView
 from engine.agent.prompts import AgentConfig
-from engine.model_api import LanguageModel
-from engine.policy_api import StepView
-from engine.records import EpisodeRecord, StepRecord, TaskRecord
-from engine.store import frame_file, read_manifest, read_records
-from engine.tasks import Task
+from engine.store.records import EpisodeRecord, StepRecord, TaskRecord, reward_value
+from engine.store.run_dir import frame_file, read_manifest, read_records
+from engine.tasks.schema import Task
 from policy.agent_policy import AgentPolicy
 
 
@@ -188,7 +188,7 @@ def demonstration_records(run_dir: str | Path, cfg: AgentConfig | None = None, *
     manifest = read_manifest(run_dir)
     out = []
     for record in read_records(run_dir):
-        if only_success and (record.get("reward") or {}).get("value") != 1.0:
+        if only_success and reward_value(record) != 1.0:
             continue
         if not record.get("steps"):
             continue

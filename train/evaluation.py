@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import RolloutService
-from engine.policy_api import Policy
-from engine.tasks import Task
+from engine.agent.policy_api import Policy
+from engine.clients.service import RolloutService
+from engine.store.records import EpisodeRecord
+from engine.tasks.schema import Task
 from train.algorithms import is_success, is_trainable
 
 Z95 = 1.959963984540054  # the normal distribution's 97.5% quantile
@@ -57,7 +58,7 @@ class Evaluation:
                 "mean_steps": self.mean_steps, "outcomes": self.outcomes, "per_task": self.per_task}
 
 
-def summarise(label: str, version: int, records: Sequence[dict[str, Any]]) -> Evaluation:
+def summarise(label: str, version: int, records: Sequence[EpisodeRecord]) -> Evaluation:
     """An :class:`Evaluation` of ``records`` (one per episode)."""
     rewarded = [r for r in records if is_trainable(r)]
     per_task: dict[str, list[float]] = {}

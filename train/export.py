@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.prompts import AgentConfig
-from engine.records import EpisodeRecord, StepRecord
-from engine.store import FrameRefError, frame_file, read_manifest, read_records
+from engine.store.records import EpisodeRecord, StepRecord, reward_value
+from engine.store.run_dir import FrameRefError, frame_file, read_manifest, read_records
 from train.demos import demonstration_record
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -91,7 +91,7 @@ def sharegpt_samples(records: Iterable[EpisodeRecord], run_dir: str | Path, *, o
         agent = AgentConfig(**agent_cfg)
     out: list[dict[str, Any]] = []
     for record in records:
-        if only_success and (record.get("reward") or {}).get("value") != 1.0:
+        if only_success and reward_value(record) != 1.0:
             counts["not successful"] = counts.get("not successful", 0) + 1
             continue
         steps = record.get("steps") or []

@@ -1,10 +1,11 @@
 """The RL loop: roll out -> reward -> build samples -> train -> push the new weights, repeated.
 
-``webgym-engine train CONFIG`` drives the engine through the library API (:class:`engine.api.RolloutService`),
-like an external framework would. The policy is the in-process ``hf`` backend (``policy = "hf"``) or a model
-served by vLLM or SGLang (``policy = "vllm" | "sglang"``, ``servers = [...]``): after every update the new
-checkpoint is pushed into the running servers through their own weight-update APIs (:mod:`policy.weight_sync`),
-nothing restarts, and every step records the version of the weights that produced its reply.
+``webgym-engine train CONFIG`` drives the engine through the library API
+(:class:`engine.clients.service.RolloutService`), like an external framework would. The policy is the in-process ``hf``
+backend (``policy = "hf"``) or a model served by vLLM or SGLang (``policy = "vllm" | "sglang"``, ``servers = [...]``):
+after every update the new checkpoint is pushed into the running servers through their own weight-update APIs
+(:mod:`policy.weight_sync`), nothing restarts, and every step records the version of the weights that produced its
+reply.
 
 Rollouts come from a :class:`train.rollout_pool.RolloutPool`: groups of ``samples_per_task`` episodes of one task,
 ``batch_groups`` groups per iteration (every task once by default).
@@ -31,137 +32,32 @@ import math
 import statistics
 import sys
 import time
-import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
-from engine.api import RolloutService
-from engine.config import RunConfig
-from engine.judge import JudgeConfig
-from engine.miniwob import is_miniwob_spec, miniwob_mount
-from engine.model_api import LOGPROBS_KINDS, SamplingParams
-from engine.rewards import unrewardable
-from engine.runner import load_task_source
-from engine.tasks import StepCaps
+from engine.agent.model_api import SamplingParams
+from engine.clients.runner import load_task_source
+from engine.clients.service import RolloutService
+from engine.core.config import RunConfig
+from engine.rewards.judge import JudgeConfig
+from engine.rewards.programmatic import unrewardable
+from engine.store.records import EpisodeRecord
+from engine.tasks.miniwob import is_miniwob_spec, miniwob_mount
 from policy.agent_policy import AgentPolicy
 from policy.registry import make_judge
-from policy.weight_sync import PushMode
 from train.algorithms import TRAINABLE_STATUSES
-from train.behaviour import REMEDY, untruncated_at_one
-from train.config import ConfigError, TrainConfig
+from train.config import TrainConfig
 from train.evaluation import Evaluation, evaluate
-from train.policy_target import POLICIES, SERVED, PolicyName, PolicyTarget, make_target
-from train.rollout_pool import INFRA_ACTIONS, Group, RolloutPool
+from train.loop_config import LoopConfig
+from train.policy_target import PolicyTarget, make_target
+from train.rollout_pool import Group, RolloutPool
 from train.utilization import CountingModel, Utilization
 
 if TYPE_CHECKING:  # the trainer imports torch: only when the loop trains
     from train.samples import SampleSet
     from train.trainer import Trainer, TrainResult
-
-LoopMode = Literal["sync", "async"]
-MODES: tuple[LoopMode, ...] = get_args(LoopMode)
-
-
-@dataclass
-class LoopConfig:
-    """The RL loop: what to roll out and how, the policy and its servers, and the trainer's own
-    configuration (``[train]``)."""
-
-    train: TrainConfig
-    tasks: str = ""  # a task file, or miniwob[:names]
-    iterations: int = 3
-    mode: LoopMode = "sync"
-    staleness: int = 2  # async: groups run at most this many versions ahead; older samples are dropped
-    samples_per_task: int = 4  # rollouts of each task in a group (the GRPO group)
-    batch_groups: int = 0  # groups trained per iteration; 0: one per task
-    concurrency: int = 16
-    workers: int = 1
-    # The policy: "hf" (in-process, on `device`) or a served model, "vllm" | "sglang", on `servers`.
-    policy: PolicyName = "hf"
-    servers: list[str] = field(default_factory=list)  # API roots of the policy servers, e.g. http://h:8000/v1
-    served_model: str = ""  # the name the servers serve the policy under (default: train.model_dir)
-    push_mode: PushMode = "abort"  # requests in flight during a push: "abort" (sent again) | "wait" (finish on old)
-    logprobs_of: str = ""  # what the servers' log-probs are of; default: vllm "model", sglang "temperature"
-    device: str = "auto"  # where the in-process rollout model runs
-    max_batch: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 256
-    reward: str = "auto"
-    # A member of a group that ends without the task's verdict (an error, a lost worker, a straggler, a judge
-    # without a verdict): "rerun" it on the same task, so the group keeps its size, or "drop" the group
-    # (train.rollout_pool). Blocked and unrewarded members always drop their group: a rerun cannot help.
-    on_infra: str = "rerun"
-    # Step caps (easy, medium, hard) of the rollouts, the original's train caps (10, 20, 30) when not set:
-    # shorter episodes for quick iterations.
-    step_caps: tuple[int, int, int] | None = None
-    # The trainer stays in memory from one iteration to the next (its weights and its optimizer's moments, as an
-    # RL framework's actor), instead of loading the last checkpoint into a fresh optimizer every iteration.
-    keep_trainer: bool = True
-    # Held-out evaluation (train.evaluation): a task file run eval_samples times per task, before the first
-    # update and after the last, at eval_temperature (0: greedy); OUTPUT/eval.jsonl. "": none.
-    eval_tasks: str = ""
-    eval_samples: int = 1
-    eval_temperature: float = 0.0
-    judge_base_url: str | None = None
-    judge_model: str = ""
-    output_dir: str = "rl"  # on storage the policy servers see at the same path (checkpoints are pushed from it)
-
-    @classmethod
-    def load(cls, path: str | Path) -> LoopConfig:
-        """Read a TOML file: the loop's keys at the top level, the trainer's in ``[train]``."""
-        p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{p}: {exc}") from None
-        train = data.pop("train", None)
-        if not isinstance(train, dict):
-            raise ConfigError(f"{p}: a [train] table is required (the trainer's configuration)")
-        known = {f.name for f in dataclasses.fields(cls)} - {"train"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
-        try:
-            cfg = cls(train=TrainConfig.from_dict(train, f"{p} [train]"), **data)
-        except TypeError as exc:
-            raise ConfigError(f"{p}: {exc}") from None
-        cfg.validate(str(p))
-        return cfg
-
-    def validate(self, source: str = "config") -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"{source}: mode must be one of {MODES}, not {self.mode!r}")
-        if not self.tasks:
-            raise ConfigError(f"{source}: 'tasks' (a task file or miniwob[:names]) is required")
-        if self.iterations < 1 or self.samples_per_task < 1 or self.staleness < 0 or self.batch_groups < 0:
-            raise ConfigError(f"{source}: iterations and samples_per_task must be >= 1, staleness and "
-                              "batch_groups >= 0")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"{source}: policy must be one of {POLICIES}, not {self.policy!r}")
-        if self.policy in SERVED and not self.servers:
-            raise ConfigError(f"{source}: policy = {self.policy!r} needs servers = [\"http://HOST:PORT/v1\", ...]")
-        if self.push_mode not in ("abort", "wait"):
-            raise ConfigError(f"{source}: push_mode must be 'abort' or 'wait', not {self.push_mode!r}")
-        if self.logprobs_of and self.logprobs_of not in LOGPROBS_KINDS:
-            raise ConfigError(f"{source}: logprobs_of must be one of {LOGPROBS_KINDS}, not {self.logprobs_of!r}")
-        sampling = {"temperature": self.temperature, "top_p": self.top_p}
-        if self.train.algorithm == "grpo" and self.logprobs_of == "sampler" and not untruncated_at_one(sampling):
-            raise ConfigError(f"{source}: GRPO cannot use the servers' log-probs of the sampler at temperature "
-                              f"{self.temperature:g} / top_p {self.top_p:g} (the trainer cannot reproduce them): "
-                              f"{REMEDY}")
-        if self.on_infra not in INFRA_ACTIONS:
-            raise ConfigError(f"{source}: on_infra must be one of {INFRA_ACTIONS}, not {self.on_infra!r}")
-        if self.eval_samples < 1 or self.eval_temperature < 0:
-            raise ConfigError(f"{source}: eval_samples must be >= 1 and eval_temperature >= 0")
-        if self.step_caps is not None:
-            try:
-                StepCaps(train=tuple(self.step_caps))  # type: ignore[arg-type]
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"{source}: step_caps: {exc}") from None
-
 
 @dataclass
 class IterationReport:
@@ -254,7 +150,7 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
                            on_infra=cfg.on_infra)  # type: ignore[arg-type]
         version, model_dir = 0, cfg.train.model_dir
         trainer: Trainer | None = None
-        history: list[tuple[Path, list[dict[str, Any]]]] = []
+        history: list[tuple[Path, list[EpisodeRecord]]] = []
         proc = Processing.load(model_dir)
         try:
             if eval_tasks:
@@ -297,8 +193,8 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
                     iteration=it, version=version, episodes=len(all_records),
                     success_rate=sum(r["status"] == "success" for r in records) / max(1, len(records)),
                     mean_steps=statistics.fmean(len(r["steps"]) for r in records) if records else math.nan,
-                    versions_seen=sorted({s["policy_version"] for r in all_records for s in r.get("steps") or []
-                                          if s.get("policy_version") is not None}),
+                    versions_seen=sorted({v for r in all_records for s in r.get("steps") or []
+                                          if (v := s.get("policy_version")) is not None}),
                     stale_dropped=sum(len(g.records) + len(g.excluded) for g, why in dropped if why == _STALE),
                     max_staleness=trained_from - min(trained_versions, default=trained_from),
                     mean_staleness=(statistics.fmean(trained_from - v for v in trained_versions)
@@ -417,8 +313,8 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(_rounded(row)) + "\n")
 
 
-def _oldest_version(record: dict[str, Any], default: int) -> int:
-    versions = [s["policy_version"] for s in record.get("steps") or [] if s.get("policy_version") is not None]
+def _oldest_version(record: EpisodeRecord, default: int) -> int:
+    versions = [v for s in record.get("steps") or [] if (v := s.get("policy_version")) is not None]
     return min(versions, default=default)
 
 

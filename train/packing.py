@@ -96,7 +96,8 @@ def packed_position_ids(model: Any, batch: dict[str, Any]) -> Any:
         seg = slice(start, start + length)
         n = per_sample[s]
         rope, _ = inner.get_rope_index(ids[None, seg], mm_token_type_ids=types[None, seg],
-                                       image_grid_thw=grids[image:image + n] if n else None)
+                                       # n > 0 only with grids (_images_per_sample)
+                                       image_grid_thw=grids[image:image + n] if n and grids is not None else None)
         text = torch.arange(length, dtype=rope.dtype, device=rope.device).view(1, 1, -1)
         parts.append(torch.cat([text, rope], dim=0))
         start, image = start + length, image + n

@@ -18,17 +18,14 @@ import contextlib
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
-from engine.model_api import LanguageModel
+from engine.agent.model_api import LanguageModel
 from policy.weight_sync import InProcessSync, WeightSync, server_sync
 
 if TYPE_CHECKING:
-    from train.loop import LoopConfig
+    from train.loop_config import LoopConfig
 
-PolicyName = Literal["hf", "vllm", "sglang", "stand_in"]
-POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
-SERVED = ("vllm", "sglang")  # the policies whose servers the config names
 # What each server reports by default (vLLM: --logprobs-mode raw_logprobs; SGLang: log_softmax(logits / T)
 # before top-k and top-p unless SGLANG_RETURN_ORIGINAL_LOGPROB=1).
 DEFAULT_LOGPROBS = {"vllm": "model", "sglang": "temperature"}
@@ -80,14 +77,14 @@ def make_target(cfg: LoopConfig, api_key_env: str = "OPENAI_API_KEY") -> PolicyT
         server = ServedStandInServer(hf, "vllm", STAND_IN_NAME, port=port)
         client = OpenAIModel(f"http://127.0.0.1:{port}/v1", STAND_IN_NAME, max_in_flight=cfg.concurrency,
                              token_ids=True, logprobs_of=DEFAULT_LOGPROBS["vllm"])
-        return PolicyTarget(ServerPool([client]), server_sync("vllm", [client], cfg.push_mode),  # type: ignore[arg-type]
+        return PolicyTarget(ServerPool([client]), server_sync("vllm", [client], cfg.push_mode),
                             server=server)
     clients = [OpenAIModel(url, cfg.served_model or cfg.train.model_dir, api_key=os.environ.get(api_key_env),
                            max_in_flight=cfg.concurrency, token_ids=cfg.policy == "vllm",
                            extra_body=_TOKEN_ID_FIELDS[cfg.policy],
                            logprobs_of=cfg.logprobs_of or DEFAULT_LOGPROBS[cfg.policy])
                for url in cfg.servers]
-    return PolicyTarget(ServerPool(clients), server_sync(cfg.policy, clients, cfg.push_mode))  # type: ignore[arg-type]
+    return PolicyTarget(ServerPool(clients), server_sync(cfg.policy, clients, cfg.push_mode))
 
 
 def free_port() -> int:

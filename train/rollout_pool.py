@@ -26,11 +26,12 @@ import asyncio
 import contextlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from engine.api import RolloutService
-from engine.policy_api import Policy
-from engine.tasks import Task
+from engine.agent.policy_api import Policy
+from engine.clients.service import RolloutService
+from engine.store.records import EpisodeRecord
+from engine.tasks.schema import Task
 from train.algorithms import is_trainable
 
 #: What the pool does with a member that ends without the task's verdict: run it again, or drop its group.
@@ -48,8 +49,8 @@ class Group:
     started_version: int
     size: int  # the members it trains with
     episode_ids: list[str]  # every episode submitted for it, reruns included
-    records: list[dict[str, Any]] = field(default_factory=list)  # the members with the task's verdict
-    excluded: list[dict[str, Any]] = field(default_factory=list)  # the others, never trained on
+    records: list[EpisodeRecord] = field(default_factory=list)  # the members with the task's verdict
+    excluded: list[EpisodeRecord] = field(default_factory=list)  # the others, never trained on
     reruns: int = 0
     dropped: str | None = None  # why the group is not trained on; None: it has ``size`` trainable records
 
@@ -163,7 +164,7 @@ class RolloutPool:
             self._by_episode.update((e, group) for e in ids)
             self.started += 1
 
-    def _add(self, group: Group, record: dict[str, Any]) -> None:
+    def _add(self, group: Group, record: EpisodeRecord) -> None:
         """A member's record: kept for training, or kept apart and answered with a rerun or the group's drop."""
         if is_trainable(record):
             group.records.append(record)

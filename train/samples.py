@@ -54,9 +54,9 @@ from typing import Any
 import numpy as np
 
 from engine import _imgcodec as codec
-from engine.model_api import image_refs
-from engine.records import EpisodeRecord, StepRecord
-from engine.store import FrameRefError, frame_file, read_records
+from engine.agent.model_api import image_refs
+from engine.store.records import EpisodeRecord, StepRecord, reward_value
+from engine.store.run_dir import FrameRefError, frame_file, read_records
 from policy.prompting import (
     image_token_count,
     image_token_id_of,
@@ -235,7 +235,7 @@ def step_sample(proc: Processing, record: EpisodeRecord, step: StepRecord, run_d
     else:
         target = list(proc.tokenizer(reply, add_special_tokens=False)["input_ids"]) + [proc.end_token_id]
         source, logprobs = "reply", None
-    reward = (record.get("reward") or {}).get("value")
+    reward = reward_value(record)
     parsed = step.get("parsed") or {}
     temperature, comparable = behaviour_temperature(parsed)
     return Sample(

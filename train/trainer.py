@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.store.records import EpisodeRecord
 from policy.compiled_blocks import check_backend, set_compiled_blocks
 from policy.vision_attention import set_vision_attention
 from policy.vision_mlp import set_vision_mlp
@@ -94,12 +95,12 @@ def samples_from_runs(cfg: TrainConfig, run_dirs: Sequence[str | Path], proc: Pr
     Runs of model policies are taken as recorded; runs of the scripted (or any non-model) policy become
     demonstrations first (:func:`train.demos.demonstration_records`, in ``cfg.agent``'s protocol).
     """
-    from engine.store import read_records
+    from engine.store.run_dir import read_records
     from train.demos import demonstration_records
 
     proc = proc or Processing.load(cfg.model_dir)
     resize = {"factor": proc.vision.factor, "min_pixels": proc.vision.min_pixels, "max_pixels": proc.vision.max_pixels}
-    iterations: list[tuple[str | Path, list[dict[str, Any]]]] = []
+    iterations: list[tuple[str | Path, list[EpisodeRecord]]] = []
     for run_dir in run_dirs:
         records = read_records(run_dir)
         model_run = any(step.get("messages") for r in records for step in r.get("steps") or [])
@@ -109,9 +110,9 @@ def samples_from_runs(cfg: TrainConfig, run_dirs: Sequence[str | Path], proc: Pr
     return samples_from_iterations(cfg, iterations, proc)
 
 
-def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | Path, Sequence[dict[str, Any]]]],
+def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | Path, Sequence[EpisodeRecord]]],
                             proc: Processing,
-                            groups: Sequence[Mapping[str, Sequence[dict[str, Any]]] | None] | None = None) -> SampleSet:
+                            groups: Sequence[Mapping[str, Sequence[EpisodeRecord]] | None] | None = None) -> SampleSet:
     """The training samples of the records of several iterations (``(run_dir, records)``, oldest first).
 
     - ``fbc``: :func:`train.algorithms.fbc_select` over the iterations (successful trajectories, page-changing
@@ -147,8 +148,8 @@ def samples_from_iterations(cfg: TrainConfig, iterations: Sequence[tuple[str | P
         # Only the trajectories that got an advantage are rebuilt (not those of skipped groups, nor untrainable ones),
         # in the run's order.
         position = {id(r): i for i, r in enumerate(records)}
-        chosen = sorted((t.record for t in result.trajectories), key=lambda r: position.get(id(r), len(position)))
-        run_set = samples_from_records(proc, chosen, run_dir, index, use_recorded_tokens=cfg.use_recorded_tokens)
+        kept = sorted((t.record for t in result.trajectories), key=lambda r: position.get(id(r), len(position)))
+        run_set = samples_from_records(proc, kept, run_dir, index, use_recorded_tokens=cfg.use_recorded_tokens)
         out.skipped.update(run_set.skipped)
         out.prompts_checked += run_set.prompts_checked
         out.samples.extend(assign_advantages(run_set.samples, result))

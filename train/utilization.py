@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from engine.model_api import ChatRequest, Generation, LanguageModel
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel
 
 
 class CountingModel(LanguageModel):

@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input
 
-from engine.telemetry_format import TelemetryMessage
+from engine.telemetry.wire import TelemetryMessage
 from tui.feed import Source
 from tui.model import STATE_NAMES, STATES, Cell, MonitorModel
 from tui.widgets import CellGrid, DetailPane, StatsPane
@@ -39,6 +39,7 @@ class MonitorApp(App[None]):
         Binding("p", "pause", "pause"),
         Binding("q", "quit", "quit"),
     ]
+    sub_title: str  # App's reactive, declared for mypy (which does not follow textual: see pyproject)
 
     def __init__(self, source: Source, refresh_hz: float = 10.0, **kw: Any) -> None:
         super().__init__(**kw)

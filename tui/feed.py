@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, cast
 
 import msgpack
 import msgspec
@@ -21,8 +21,8 @@ import zmq
 import zmq.asyncio
 
 from browserpool.auth import ClientKeys
-from engine.telemetry import ENDPOINT_FILE
-from engine.telemetry_format import EndpointInfo, TelemetryFormatError, TelemetryMessage, convert, decode, encode
+from engine.telemetry.publisher import ENDPOINT_FILE
+from engine.telemetry.wire import EndpointInfo, TelemetryFormatError, TelemetryMessage, convert, decode, encode
 
 Apply = Callable[[TelemetryMessage], None]
 Status = Callable[[str], None]
@@ -131,7 +131,7 @@ class SocketFeed:
             while True:
                 if await sock.poll(int(self.poll_s * 1000)):
                     # Drain whatever is queued before giving the loop back: a burst costs one wake-up.
-                    while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    while cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # an int option (pyzmq: int | bytes)
                         raw = await sock.recv()  # ready: zmq.asyncio hands back a future that is already done
                         self.received += 1
                         try:

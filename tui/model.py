@@ -1,6 +1,6 @@
 """What the monitor shows: the cells and the aggregates, built from telemetry messages. Pure; no I/O.
 
-:meth:`MonitorModel.apply` takes one message (``engine/telemetry_format.py``); ``version`` goes up
+:meth:`MonitorModel.apply` takes one message (``engine/telemetry/wire.py``); ``version`` goes up
 whenever something visible changed, so the view redraws only then.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.telemetry_format import Aggregate, TelemetryMessage
+from engine.telemetry.wire import Aggregate, TelemetryMessage
 
 STATES = ("N", "W", "R", "F", "X")
 STATE_NAMES = {"N": "not started", "W": "waiting", "R": "running", "F": "finished", "X": "failed"}

@@ -16,10 +16,10 @@ import random
 from dataclasses import dataclass, field
 
 from browserpool.pool import PoolConfig, WorkerHandle
-from engine.rollout import EpisodeStatus, Op, State
-from engine.stats import RunStats
-from engine.telemetry import TelemetryPublisher
-from engine.telemetry_format import TelemetryMessage
+from engine.episode.status import EpisodeStatus, Op, State
+from engine.store.stats import RunStats
+from engine.telemetry.publisher import TelemetryPublisher
+from engine.telemetry.wire import TelemetryMessage
 from tui.feed import write_messages
 
 WALL0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: message times are this plus the virtual clock

@@ -62,7 +62,8 @@ def fmt_mib(n: int | None) -> str:
     return "-" if not n else f"{n / 2**20:.0f} MiB"
 
 
-class CellGrid(ScrollView, can_focus=True):
+# mypy does not follow textual (pyproject): ScrollView is Any to it, and it checks can_focus against object's.
+class CellGrid(ScrollView, can_focus=True):  # type: ignore[call-arg]
     """Every rollout as one cell, re-flowed to the width; draws lines as segments (no widget per cell)."""
 
     BINDINGS = [

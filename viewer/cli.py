@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from engine.local_only import web_page_refusal
-from engine.records import RecordFormatError
+from engine.store.records import RecordFormatError
+from engine.web.local_only import web_page_refusal
 from viewer.report import build_report
 
 
@@ -27,7 +27,7 @@ def serve(run_dir: Path, port: int) -> http.server.ThreadingHTTPServer:
 
 class _RunDirHandler(http.server.SimpleHTTPRequestHandler):
     """The run directory for a browser on this machine, and nothing for a web page of another site
-    (engine.local_only: a site that points its name at 127.0.0.1 could read the run's screenshots and prompts), nor
+    (engine.web.local_only: a site that points its name at 127.0.0.1 could read the run's screenshots and prompts), nor
     a file that a link leads to out of the run directory (a run directory may come from elsewhere)."""
 
     def send_head(self) -> Any:

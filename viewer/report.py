@@ -31,9 +31,9 @@ from urllib.parse import urlparse
 import numpy as np
 
 from engine._imgcodec import ImgCodecError, jpeg_size
-from engine.records import EpisodeRecord, RewardRecord
-from engine.stats import outcome_counts, success_rate
-from engine.store import read_manifest, read_records
+from engine.store.records import EpisodeRecord, FinalPage, RecordError, RewardRecord
+from engine.store.run_dir import read_manifest, read_records
+from engine.store.stats import outcome_counts, success_rate
 
 CHUNK = 500  # index rows per data file: 20 files for a 10,000-episode run
 STATIC = Path(__file__).with_name("static")
@@ -109,8 +109,8 @@ def by_difficulty(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
 def index_row(n: int, r: EpisodeRecord, sites_base_url: str | None) -> dict[str, Any]:
     """One line of the index: what the table shows, sorts and filters on."""
     task = r.get("task", {})
-    reward = r.get("reward") or {}
-    error = r.get("error") or {}
+    reward: RewardRecord | dict[str, Any] = r.get("reward") or {}
+    error: RecordError | dict[str, str] = r.get("error") or {}
     return {
         "n": n, "id": r.get("episode_id"), "task": task.get("task_name", ""),
         "site": site_of(task.get("website", ""), sites_base_url), "diff": task.get("difficulty"),
@@ -146,7 +146,7 @@ def _evidence(reward: RewardRecord | None) -> RewardRecord | None:
     """The reward with the judge's prompts left out (the page shows verdicts and reasons, not the prompts)."""
     if not reward:
         return reward
-    reward = dict(reward)
+    reward = reward.copy()
     ev = reward.get("evidence")
     if isinstance(ev, dict) and isinstance(ev.get("calls"), list):
         ev = dict(ev)
@@ -163,7 +163,7 @@ def episode_data(n: int, r: EpisodeRecord, sizes: _Sizes, viewport: list[int]) -
         step = {k: v for k, v in s.items() if k not in _HEAVY_STEP_KEYS}
         step["size"] = sizes(s.get("screenshot"))
         steps.append(step)
-    final = r.get("final")
+    final: FinalPage | dict[str, Any] | None = r.get("final")
     if final:
         final = {**final, "size": sizes(final.get("screenshot"))}
     return {

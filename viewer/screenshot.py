@@ -9,18 +9,18 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
 
 from playwright.async_api import async_playwright
 
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
-from engine.store import read_records
+from engine.store.records import EpisodeRecord
+from engine.store.run_dir import read_records
 from viewer.report import build_report
 
 
-def showcase_episode(records: list[dict[str, Any]]) -> int:
+def showcase_episode(records: list[EpisodeRecord]) -> int:
     """The episode whose page shows the most: a success with the most kinds of page actions, then steps."""
-    def score(r: dict[str, Any]) -> tuple[bool, int, int]:
+    def score(r: EpisodeRecord) -> tuple[bool, int, int]:
         names = [s.get("action", {}).get("name") for s in r.get("steps", [])]
         acting = [n for n in names if n not in ("answer", "wait")]
         return r.get("status") == "success", len(set(acting)), len(acting)

@@ -42,7 +42,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import psutil
@@ -50,6 +50,9 @@ import psutil
 from bench.async_prediction import EpisodeWork, median_or, planned_work, predict
 from bench.suite import SuiteResult, plot_series
 from bench.suites.common import write_task_mix
+
+if TYPE_CHECKING:
+    from engine.episode.context import Mode
 
 GOAL_OF_PREDICTION = 0.9  # measured ratio / predicted ratio
 
@@ -109,13 +112,13 @@ def make_policy(seed: int, speed: float) -> Any:
     return AgentPolicy(model, AgentConfig(interaction="som"))
 
 
-async def whole_batch_run(base: str, tasks_file: Path, mode: str, n: int, episodes: int, cfg: dict[str, Any],
+async def whole_batch_run(base: str, tasks_file: Path, mode: Mode, n: int, episodes: int, cfg: dict[str, Any],
                           seed: int, out_dir: Path) -> dict[str, Any]:
     """Run ``episodes`` episodes at ``n`` rollouts in ``mode`` to their records; what it took, from the first
     request to the last record, and the records themselves (under ``"records"``)."""
-    from engine.config import RunConfig
-    from engine.runner import run
-    from engine.store import read_records
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
+    from engine.store.run_dir import read_records
 
     caps = cfg.get("step_caps")
     rcfg = RunConfig(tasks=str(tasks_file), concurrency=n, workers=cfg["workers"], mode=mode,
@@ -187,10 +190,10 @@ def predicted_work(policy: Any, records: list[dict[str, Any]], finished: list[di
 
 def episode_plan(tasks_file: Path, episodes: int, mode: str, caps: list[int] | None) -> list[tuple[str, int]]:
     """The episodes the engine runs in ``mode`` (ids with step caps), in the order it starts them."""
-    from engine.config import RunConfig
-    from engine.runner import plan_episodes, run_order
-    from engine.store import episode_key
-    from engine.tasks import load_tasks
+    from engine.clients.runner import plan_episodes, run_order
+    from engine.core.config import RunConfig
+    from engine.store.run_dir import episode_key
+    from engine.tasks.loading import load_tasks
 
     cfg = RunConfig(tasks=str(tasks_file), mode=mode, step_caps=tuple(caps) if caps else None)  # type: ignore[arg-type]
     tasks = load_tasks(str(tasks_file), "http://127.0.0.1")
@@ -227,7 +230,8 @@ async def measure_batches(res: SuiteResult, cfg: dict[str, Any], base: str, out:
             for n in levels:
                 episodes = cfg["episodes_per_slot"] * n
                 got: dict[str, dict[str, Any]] = {}
-                for mode in (("async", "sync") if rep % 2 == 0 else ("sync", "async")):
+                order: tuple[Mode, Mode] = ("async", "sync") if rep % 2 == 0 else ("sync", "async")
+                for mode in order:
                     got[mode] = await whole_batch_run(base, tasks_file, mode, n, episodes, cfg, seed=rep,
                                                       out_dir=Path(tmp) / f"{mode}-{n}-{rep}")
                 policy = make_policy(rep, cfg.get("sim_speed", 1.0))

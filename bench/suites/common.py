@@ -23,7 +23,7 @@ HEAVY_TASK_PAGES = [("shop.html", "Find the cheapest Kettle in the Bazaar catalo
 def write_task_mix(path: Path, heavy: int, seed: int) -> int:
     """The async suite's task file: the bundled tasks plus ``heavy`` tasks on the heavy pages, shuffled (seeded)
     so that every batch mixes sites; returns the number of tasks."""
-    from engine.tasks import BUNDLED_TASKS
+    from engine.tasks.schema import BUNDLED_TASKS
 
     rows = [json.loads(line) for line in Path(BUNDLED_TASKS).read_text().splitlines() if line.strip()]
     for i in range(heavy):

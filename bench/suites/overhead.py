@@ -2,13 +2,13 @@
 Marks, so prompt building and parsing run) is timed without a profiler, then profiled with cProfile over a second
 window; each function's own time is mapped to a phase by its module (messaging: browserpool.pool, zmq, msgpack;
 image path: engine._imgcodec, shared-memory frames; prompt building: engine.agent's context and prompts, the agent
-policy; parsing: engine.agent.parser, coords, actions; store writes: engine.store; telemetry: engine.telemetry;
-scheduling: rollout, runner, stats; policy backend: the simulated model; library and builtin functions go to the
-phase of the project code that called them, the rest to "event loop and other"), and the phases' shares are applied
-to the unprofiled CPU per step (cProfile inflates Python time); the screenshot writer thread's CPU is read from its own
-clock, and the rest of the process's threads make "other threads". Then ``bench/monitor.py``'s engine run:
-steps/s with a monitor process attached and without (telemetry on, nobody listening), alternating; goal: at most 3%
-fewer.
+policy; parsing: engine.agent.parser, coords, actions; store writes: engine.store.run_dir;
+telemetry: engine.telemetry.publisher; scheduling: rollout, runner, stats; policy backend: the simulated model; library
+and builtin functions go to the phase of the project code that called them, the rest to "event loop and other"), and
+the phases' shares are applied to the unprofiled CPU per step (cProfile inflates Python time); the screenshot writer
+thread's CPU is read from its own clock, and the rest of the process's threads make "other threads". Then
+``bench/monitor.py``'s engine run: steps/s with a monitor process attached and without (telemetry on, nobody
+listening), alternating; goal: at most 3% fewer.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from bench.proc_stats import named_thread_cpu_s
 from bench.suite import SuiteResult, plot_series
 from bench.suites.common import write_task_mix
-from engine.frame_writer import THREAD_NAME as WRITER_THREAD
+from engine.store.frame_writer import THREAD_NAME as WRITER_THREAD
 
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"concurrency": 32, "warmup": 10.0, "seconds": 30.0, "sim_speed": 50.0, "monitor_concurrency": 32,
@@ -41,19 +41,21 @@ CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats override
 
 
 PHASES: list[tuple[str, tuple[str, ...]]] = [
-    ("messaging", ("browserpool/pool.py", "browserpool/protocol.py", "/zmq/", "msgpack")),
+    ("messaging", ("browserpool/pool.py", "browserpool/routing.py", "browserpool/session.py", "browserpool/trust.py",
+                   "browserpool/supervisor.py", "browserpool/worker_handle.py", "browserpool/protocol.py", "/zmq/",
+                   "msgpack")),
     ("image path", ("_imgcodec", "browserpool/shm.py")),
     ("prompt building", ("engine/agent/context.py", "engine/agent/prompts.py", "policy/agent_policy.py",
                          "policy/model.py", "policy/vision.py", "policy/base.py")),
-    ("parsing", ("engine/agent/parser.py", "engine/agent/coords.py", "engine/actions.py")),
-    ("store writes", ("engine/store.py",)),
-    ("telemetry", ("engine/telemetry.py", "engine/progress.py")),
+    ("parsing", ("engine/agent/parser.py", "engine/agent/coords.py", "engine/agent/actions.py")),
+    ("store writes", ("engine/store/run_dir.py",)),
+    ("telemetry", ("engine/telemetry/publisher.py", "cli/progress.py")),
     ("policy backend", ("policy/simulated.py", "policy/instant.py")),
-    ("scheduling", ("engine/rollout.py", "engine/runner.py", "engine/stats.py", "engine/rewards.py",
-                    "engine/judging.py")),
+    ("scheduling", ("engine/episode/rollout.py", "engine/clients/runner.py", "engine/store/stats.py",
+                    "engine/rewards/programmatic.py", "engine/rewards/judge_queue.py")),
 ]
 OTHER = "event loop and other"
-WRITER = "screenshot writer thread"  # engine/frame_writer.py: the files' system calls, off the loop
+WRITER = "screenshot writer thread"  # engine/store/frame_writer.py: the files' system calls, off the loop
 OTHER_THREADS = "other threads"  # the engine process's other threads: ZeroMQ's I/O, the default executor
 PHASE_NAMES = [p for p, _ in PHASES] + [OTHER, WRITER, OTHER_THREADS]
 
@@ -107,8 +109,8 @@ async def profiled_run(base: str, n: int, warmup: float, seconds: float, workers
     """The engine with the (fast) simulated policy: CPU per step unprofiled, then (with ``pyspy_path``) a py-spy
     sample of the process into that file over half a window, then per phase under cProfile."""
     from engine.agent.prompts import AgentConfig
-    from engine.config import RunConfig
-    from engine.runner import run
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
     from policy.registry import BackendConfig, make_policy
 
     agent = AgentConfig(interaction="som")

@@ -2,7 +2,7 @@
 
 The engine's screenshot writer runs on a thread beside a busy event loop; written with ``os.open``/``os.write``
 /``os.close``, each file costs that thread three waits for the GIL, and it falls behind the loop (see
-``engine/frame_writer.py``). :func:`write_files` takes the GIL back once per batch.
+``engine/store/frame_writer.py``). :func:`write_files` takes the GIL back once per batch.
 """
 
 from __future__ import annotations

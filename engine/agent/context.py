@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.policy_api import StepView
-from engine.tasks import Task
+from engine.agent.policy_api import StepView
+from engine.tasks.schema import Task
 
 from .parser import strip_think
 from .prompts import AgentConfig, PromptTemplates, fill, fill_rows

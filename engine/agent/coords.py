@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine._imgcodec import QWEN3_VL, smart_resize
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 
 from .parser import parse_reply, skip_reason
 

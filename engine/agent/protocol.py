@@ -2,7 +2,7 @@
 an action, with the coordinate frames of every screenshot.
 
 :class:`policy.agent_policy.AgentPolicy` drives a language model with it, and the step-level environments
-(:mod:`engine.env`) use the same object to read a trainer's raw reply text and to build the messages a
+(:mod:`engine.clients.env`) use the same object to read a trainer's raw reply text and to build the messages a
 trainer's own model call should see, so both paths give the model exactly what ``run`` would.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine._imgcodec import QWEN2_VL, QWEN3_VL
-from engine.actions import AgentAction
-from engine.policy_api import StepView
-from engine.tasks import Task
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import StepView
+from engine.tasks.schema import Task
 
 from .context import build_messages
 from .coords import CoordFrame, element_centres

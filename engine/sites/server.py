@@ -22,6 +22,7 @@ import html
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, cast
 from urllib.parse import unquote, urlsplit
 
 from browserpool.netpolicy import register_engine_site, unregister_engine_site
@@ -96,7 +97,7 @@ class SiteHTTPServer(ThreadingHTTPServer):
                 self._file_cache[path] = (key[0], key[1], data)
         return data
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
         # Browsers drop connections all the time (navigation, closed contexts); that is not an error.
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):
@@ -287,7 +288,8 @@ def main(argv: list[str] | None = None, handler: type[SiteRequestHandler] = Site
     # serve_forever runs in a thread: shutdown() must be called from a different thread than it.
     serving = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     serving.start()
-    host, port = httpd.server_address[:2]
+    # An AF_INET server's address, as getsockname() gives it: the host is a str, never bytes.
+    host, port = cast("tuple[str, int]", httpd.server_address[:2])
     print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
     try:
         while not stop.wait(0.5):

@@ -1,4 +1,4 @@
-"""Adapters that let RL trainers drive the engine's step-level environment (:class:`engine.env.AsyncWebEnv`).
+"""Adapters that let RL trainers drive the engine's step-level environment (:class:`engine.clients.env.AsyncWebEnv`).
 
 - :mod:`train.adapters.trl`: :class:`~train.adapters.trl.WebEnvironment`, an environment for TRL's
   ``GRPOTrainer(environment_factory=...)``: the model acts through a ``computer_use`` tool and sees each new
@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine import _imgcodec as codec
-from engine.config import RunConfig
-from engine.env import AsyncWebEnv
-from engine.gym_env import CoreThread
-from engine.tasks import Task, load_tasks
+from engine.clients.env import AsyncWebEnv
+from engine.clients.gym_env import CoreThread
+from engine.core.config import RunConfig
+from engine.tasks.loading import load_tasks
+from engine.tasks.schema import Task
 
 T = TypeVar("T")
 
@@ -186,7 +187,7 @@ async def run_episode(core: CoreThread, env: AsyncWebEnv, task: Task | str,
     screenshots by REF, and their JPEG bytes) goes to ``generate``, whose :class:`Reply` text steps the
     environment (its tokens and log-probabilities are recorded with the step). Ends when the episode does: the
     last step's reward is the episode's, the judge's verdict awaited where there is one. An episode that ends
-    with an error (a lost browser worker, a time cap) raises :class:`engine.env.EpisodeError`."""
+    with an error (a lost browser worker, a time cap) raises :class:`engine.clients.env.EpisodeError`."""
 
     async def reset() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, bytes]]:
         _, info = await env.reset(task)

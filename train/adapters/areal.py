@@ -9,7 +9,7 @@ returned float becomes the last completion's reward, discounted back to the earl
 (``turn_discount``), and with ``export_style: individual`` each completion is its own training sample.
 
 :class:`WebAgentWorkflow` is such a workflow for the engine's web tasks: it runs one episode of the row's task
-(``data["task_id"]``) on an :class:`engine.env.AsyncWebEnv` of a process-wide engine core
+(``data["task_id"]``) on an :class:`engine.clients.env.AsyncWebEnv` of a process-wide engine core
 (:func:`train.adapters.shared_core`). Each step sends the chat ``run`` would give the model (``env.messages()``: the
 system prompt, the context window's screenshots as ``data:image/jpeg;base64`` URLs, summaries of older steps) to
 the proxy as one chat completion (:class:`policy.openai_backend.OpenAIModel`, the engine's own OpenAI client), and
@@ -23,7 +23,7 @@ trains on::
     with PPOTrainer(config, train_dataset=dataset) as trainer:   # rows: {"task_id": ..., "messages": [...]}
         trainer.train(workflow=WebAgentWorkflow(task_file="tasks.jsonl", run_config={"concurrency": 64}))
 
-An episode that ends with an error (a lost browser worker, a time cap) raises :class:`engine.env.EpisodeError`;
+An episode that ends with an error (a lost browser worker, a time cap) raises :class:`engine.clients.env.EpisodeError`;
 AReaL rejects that trajectory.
 """
 
@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.agent.model_api import ChatRequest, SamplingParams
 from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.env import AsyncWebEnv
-from engine.gym_env import CoreThread
-from engine.model_api import ChatRequest, SamplingParams
-from engine.tasks import BUNDLED_TASKS, Task
+from engine.clients.env import AsyncWebEnv
+from engine.clients.gym_env import CoreThread
+from engine.core.config import RunConfig
+from engine.tasks.schema import BUNDLED_TASKS, Task
 from policy.openai_backend import OpenAIModel
 
 from . import Episode, Reply, run_episode, shared_core, shared_tasks

@@ -7,17 +7,18 @@ tool message, until the model stops calling tools (or ``max_tool_calling_iterati
 is reached); ``get_reward`` then scores the rollout. Screenshots travel as image parts of those messages, so a
 vision-language model sees every page and TRL's loss is computed with them (its multimodal tool responses).
 
-:class:`WebEnvironment` is one such environment: an :class:`engine.env.AsyncWebEnv` on a shared engine core
-(:class:`engine.gym_env.CoreThread`). Its one tool is ``computer_use`` (the agent protocol's function, in Qwen's
+:class:`WebEnvironment` is one such environment: an :class:`engine.clients.env.AsyncWebEnv` on a shared engine core
+(:class:`engine.clients.gym_env.CoreThread`). Its one tool is ``computer_use`` (the agent protocol's function, in Qwen's
 tool-call format); each call becomes the reply text ``<tool_call>{"name": "computer_use", ...}</tool_call>`` and
 steps the episode through the engine's own parser and coordinate frames, exactly as ``webgym-engine run`` reads a
 model's reply; the tool answers with the new screenshot. So each rollout is an ordinary engine episode: leased,
 bounded, rewarded, judged and recorded in the run directory::
 
     from trl import GRPOConfig, GRPOTrainer
-    from engine.config import RunConfig
-    from engine.gym_env import CoreThread
-    from engine.tasks import BUNDLED_TASKS, load_tasks
+    from engine.core.config import RunConfig
+    from engine.clients.gym_env import CoreThread
+    from engine.tasks.schema import BUNDLED_TASKS
+    from engine.tasks.loading import load_tasks
     from train.adapters.trl import environment_factory, web_dataset
 
     core = CoreThread(RunConfig(concurrency=16), serve_sites=True)
@@ -44,9 +45,10 @@ from typing import Any
 from engine.agent.coords import CoordFrame
 from engine.agent.prompts import AgentConfig, tool_schema
 from engine.agent.protocol import AgentProtocol
-from engine.env import AsyncWebEnv, EpisodeError
-from engine.gym_env import CoreThread
-from engine.tasks import Task
+from engine.clients.env import AsyncWebEnv, EpisodeError
+from engine.clients.gym_env import CoreThread
+from engine.store.records import EpisodeRecord, reward_value
+from engine.tasks.schema import Task
 
 from . import _settled_reward, jpeg_to_pil
 
@@ -116,7 +118,7 @@ class WebEnvironment:
         self._env = AsyncWebEnv(core.core, tasks, agent=agent)
         self._timeout_s = timeout_s
         self._live = False
-        self.record: dict[str, Any] | None = None
+        self.record: EpisodeRecord | None = None
         self.episode_id: str | None = None
         self.steps = 0
         self.reward = 0.0
@@ -141,7 +143,7 @@ class WebEnvironment:
         if info.get("ended"):  # the page ended the episode as it opened
             self._live = False
             self.record = info.get("record")
-            self.reward = float(((self.record or {}).get("reward") or {}).get("value") or 0.0)
+            self.reward = float((reward_value(self.record) if self.record else None) or 0.0)
             return ENDED_TEXT
         self._live = True
         return _user_parts(chat[-1], images)
@@ -213,7 +215,7 @@ def environment_factory(core: CoreThread, tasks: Sequence[Task], *, agent: Agent
 
 def _user_parts(message: Mapping[str, Any], images: Mapping[str, bytes]) -> list[dict[str, Any]]:
     """The parts of an engine user message, in order, with each image REF replaced by its ``PIL.Image``."""
-    content = message.get("content")
+    content: Any = message.get("content")  # a user message's: its text, or its parts
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [{"type": "image", "image": jpeg_to_pil(images[p["image"]])} if p.get("type") == "image" else dict(p)

@@ -3,7 +3,8 @@
 veRL's rollout runs an *agent loop* per trajectory: an ``AgentLoopBase`` subclass whose ``async run(sampling_params,
 **row)`` talks to veRL's rollout servers through ``self.server_manager.generate(request_id, prompt_ids=...,
 sampling_params=..., image_data=...)`` and returns ``AgentLoopOutput`` s. :class:`WebAgentLoop` runs one episode of
-the row's task on an :class:`engine.env.AsyncWebEnv` of a process-wide engine core (:func:`train.adapters.shared_core`)
+the row's task on an :class:`engine.clients.env.AsyncWebEnv` of a process-wide engine
+core (:func:`train.adapters.shared_core`)
 and, because ``run``'s context window makes every step its own sequence, returns one ``AgentLoopOutput`` per step:
 
 - ``prompt_ids``: the chat ``run`` would give the model at that step (``env.messages()``: system prompt, the last
@@ -19,7 +20,7 @@ and, because ``run``'s context window makes every step its own sequence, returns
 - ``extra_fields``: ``task_id``, ``episode_id``, ``step``, the action taken and its parse error, and on the last
   output ``reward_extra_info`` (the episode's status and reward).
 
-An episode that ends with an error (a lost browser worker, a time cap) raises :class:`engine.env.EpisodeError`,
+An episode that ends with an error (a lost browser worker, a time cap) raises :class:`engine.clients.env.EpisodeError`,
 which veRL treats as a failed trajectory. Configuration (``agent_loop_config_path`` of veRL's rollout config)::
 
     - name: webgym_agent
@@ -44,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.prompts import AgentConfig
-from engine.config import RunConfig
-from engine.env import AsyncWebEnv
-from engine.gym_env import CoreThread
-from engine.tasks import BUNDLED_TASKS, Task
+from engine.clients.env import AsyncWebEnv
+from engine.clients.gym_env import CoreThread
+from engine.core.config import RunConfig
+from engine.tasks.schema import BUNDLED_TASKS, Task
 
 from . import Episode, Reply, chat_with_pil_images, run_episode, shared_core, shared_tasks
 

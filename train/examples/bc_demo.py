@@ -72,7 +72,7 @@ class DemoResult:
 
 def write_tasks(path: Path, task_ids: tuple[str, ...] | list[str]) -> Path:
     """The bundled tasks ``task_ids`` as a task file."""
-    from engine.tasks import BUNDLED_TASKS
+    from engine.tasks.schema import BUNDLED_TASKS
 
     lines = [line for line in BUNDLED_TASKS.read_text().splitlines() if line.strip()
              and json.loads(line)["task_id"] in task_ids]
@@ -84,19 +84,19 @@ def write_tasks(path: Path, task_ids: tuple[str, ...] | list[str]) -> Path:
 
 def rewards(run_dir: Path) -> dict[str, float]:
     """task id -> reward (0 when the episode has none) of a run."""
-    from engine.store import read_records
+    from engine.store.records import reward_value
+    from engine.store.run_dir import read_records
 
-    return {str(r["task"]["task_id"]): float((r.get("reward") or {}).get("value") or 0.0)
-            for r in read_records(run_dir)}
+    return {str(r["task"]["task_id"]): float(reward_value(r) or 0.0) for r in read_records(run_dir)}
 
 
 async def run_engine(tasks: Path, out: Path, base_url: str, policy_name: str, agent: Any = None,
                      model_dir: Path | None = None, max_tokens: int = 64,
                      step_caps: tuple[int, int, int] | None = None) -> Path:
     """One engine run of ``tasks`` (at most ``step_caps`` steps per difficulty); the run directory."""
-    from engine.config import RunConfig
-    from engine.model_api import SamplingParams
-    from engine.runner import run
+    from engine.agent.model_api import SamplingParams
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
     from policy.registry import BackendConfig, make_policy
 
     kw: dict[str, Any] = {}
@@ -131,7 +131,7 @@ def _run_demo(work: Path, tasks: list[str], arch: str, hidden_size: int, num_lay
               lr: float, cpu_threads: int | None, seed: int) -> DemoResult:
     from engine.agent.prompts import AgentConfig
     from engine.sites.server import SiteServer
-    from engine.store import read_records
+    from engine.store.run_dir import read_records
     from policy.tiny_models import build_tiny_model
     from train.config import TrainConfig
     from train.trainer import samples_from_runs, train

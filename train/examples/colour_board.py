@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.tasks import SITES_PLACEHOLDER
+from engine.tasks.schema import SITES_PLACEHOLDER
 
 COLOURS = {"r": "red", "g": "green", "b": "blue", "y": "yellow"}
 GOAL = "r"

@@ -46,9 +46,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from train.examples import colour_board
+
+if TYPE_CHECKING:
+    from engine.store.records import EpisodeRecord, StepRecord
 
 #: A one-line system prompt and a first message without the URL (the default ones are long, and the URL would
 #: name the layout): short sequences for a CPU.
@@ -180,8 +183,8 @@ def agent_table(work: Path) -> dict[str, Any]:
 
 async def scripted_runs(task_files: Sequence[Path], out: Path, base_url: str) -> list[Path]:
     """The scripted policy (the boards' reference solutions) on each task file; their run directories."""
-    from engine.config import RunConfig
-    from engine.runner import run
+    from engine.clients.runner import run
+    from engine.core.config import RunConfig
     from policy.registry import make_policy
 
     dirs = []
@@ -207,15 +210,15 @@ class Validation:
         return asdict(self)
 
 
-def validate(model_dir: Path, boards: list[tuple[dict[str, Any], Path, int]], seed: int) -> Validation:
+def validate(model_dir: Path, boards: list[tuple[EpisodeRecord, Path, int]], seed: int) -> Validation:
     """:class:`Validation` of ``model_dir`` on ``boards`` (a careful demonstration's record, its run directory, the
     red cell)."""
     from engine.agent.coords import CoordFrame, parse_action
-    from engine.model_api import ChatRequest, SamplingParams
-    from engine.store import frame_file
+    from engine.agent.model_api import ChatRequest, SamplingParams
+    from engine.store.run_dir import frame_file
     from policy.hf_backend import HFModel
 
-    def request(record: dict[str, Any], run_dir: Path, index: int, temperature: float) -> ChatRequest:
+    def request(record: EpisodeRecord, run_dir: Path, index: int, temperature: float) -> ChatRequest:
         step = record["steps"][index]
         images = {p["image"]: frame_file(run_dir, p["image"]).read_bytes()
                   for m in step["messages"] for p in m["content"] if isinstance(p, dict) and "image" in p}
@@ -238,11 +241,11 @@ def validate(model_dir: Path, boards: list[tuple[dict[str, Any], Path, int]], se
 
     def picks(reply: str, goal: int) -> bool:
         action, _ = parse_action(reply, frame)
-        return action.x is not None and colour_board.cell_at(action.x, action.y) == goal
+        return action.x is not None and action.y is not None and colour_board.cell_at(action.x, action.y) == goal
 
     def submits(reply: str) -> bool:
         action, _ = parse_action(reply, frame)
-        return action.x is not None and colour_board.on_submit(action.x, action.y)
+        return action.x is not None and action.y is not None and colour_board.on_submit(action.x, action.y)
 
     greedy, sampled, finishes = asyncio.run(replies())
     goals = [goal for _, _, goal in boards]
@@ -262,7 +265,7 @@ def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: A
     of that prompt, the Submit click weighted ``1 - careless`` and the answer weighted ``careless``: the data of
     many attempts per board, without running them. (Its best fit would be the demonstrator's mixture; a tiny model
     does not settle there within a warm start, see :attr:`DemoConfig.warm_start_success`.)"""
-    from engine.store import read_manifest, read_records
+    from engine.store.run_dir import read_manifest, read_records
     from train.demos import demonstration_record
     from train.samples import SampleSet, samples_from_records
 
@@ -279,12 +282,12 @@ def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: A
             answered.append(demonstration_record(careless, demo_run, agent, resize=resize, manifest=manifest))
     finishes = {str(r["episode_id"]) for r in answered}
 
-    def submit(_run: int, record: dict[str, Any], step: dict[str, Any]) -> float | None:
+    def submit(_run: int, record: EpisodeRecord, step: StepRecord) -> float | None:
         if step.get("step") == 0:
             return 1.0
         return 1.0 - cfg.careless if str(record["episode_id"]) in finishes else None
 
-    def answer(_run: int, _record: dict[str, Any], step: dict[str, Any]) -> float | None:
+    def answer(_run: int, _record: EpisodeRecord, step: StepRecord) -> float | None:
         return cfg.careless if step.get("step") == 1 else None
 
     out = SampleSet()
@@ -403,7 +406,8 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
 
     from engine.sites.server import SiteServer
     from policy.tiny_models import build_tiny_model
-    from train.loop import LoopConfig, run_loop
+    from train.loop import run_loop
+    from train.loop_config import LoopConfig
 
     cfg = cfg or DemoConfig()
     work = Path(work).resolve()

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame, Elements, map_point
 from engine.agent.parser import MAX_REPLY_CHARS, ParsedReply, skip_reason
 from engine.agent.prompts import AgentConfig, PromptTemplates, fill

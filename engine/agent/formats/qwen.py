@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame, Elements, parse_action
 from engine.agent.prompts import AgentConfig, PromptTemplates, system_prompt
 

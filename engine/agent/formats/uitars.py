@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from engine.actions import AgentAction
+from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame, navigable_url
 from engine.agent.parser import ParsedReply, skip_reason
 

@@ -1,0 +1,182 @@
+"""The worker's BrowserContexts: one per live episode, kept between episodes (state cleared) up to
+``context_reuse`` uses, each with its network proxy and the log of what its pages do; a page the context opens
+besides the episode's tab (a popup) is closed at once (``ContextPool``, a part of
+:class:`browserpool.worker.BrowserWorker`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from playwright.async_api import Browser, BrowserContext, Page
+from playwright.async_api import Error as PlaywrightError
+
+from browserpool.config import WorkerConfig
+from browserpool.event_log import EventLog
+from browserpool.netpolicy import NetPolicy, bypass_list
+from browserpool.page import EpisodePage
+from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
+from browserpool.proxy import ContextProxy
+from browserpool.request_rules import RequestRules
+from browserpool.upstream import ProxyPool
+
+
+@dataclass
+class ContextSlot:
+    """A BrowserContext and its tab, kept between episodes (state cleared), and its use count; its network
+    proxy (the policy), the events its pages produce, and the popups on their way to being closed."""
+
+    context: BrowserContext
+    page: EpisodePage | None = None
+    uses: int = 0
+    events: EventLog = field(default_factory=EventLog)
+    proxy: ContextProxy | None = None
+    creating_page: bool = False  # the worker's own new_page() is under way: that page is no popup
+    closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed (their tasks held)
+    popups: int = 0  # pages this episode's pages opened besides its tab
+
+
+@dataclass
+class Episode:
+    slot: ContextSlot
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
+    som_cap: int = 0  # the most elements a Set-of-Marks pass lists (and so draws): the open's cap within the worker's
+    probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
+    last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
+
+    @property
+    def page(self) -> EpisodePage:
+        assert self.slot.page is not None
+        return self.slot.page
+
+
+class ContextPool:
+    """Contexts made, reused and dropped (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what BrowserWorker provides
+        cfg: WorkerConfig
+        browser: Browser | None
+        netpolicy: NetPolicy | None
+        proxies: ProxyPool | None
+        rules: RequestRules | None
+        idle: list[ContextSlot]
+        episodes: dict[str, Episode]
+
+        def _recycle_after_request(self) -> None: ...
+        async def _context_over_memory(self, ep: Episode) -> bool: ...
+
+    async def _new_context(self) -> ContextSlot:
+        assert self.browser is not None
+        cfg = self.cfg
+        events = EventLog(cfg.max_events_per_observation)
+        proxy = None
+        extra: dict[str, Any] = {"user_agent": cfg.user_agent} if cfg.user_agent else {}
+        if self.netpolicy is not None:
+            # One proxy per context: every load it refuses is this context's, hence its episode's. The engine's
+            # own sites bypass it (no cost on the bundled sites); "<-loopback>" sends every other loopback
+            # load through it, too.
+            proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
+                                 cfg.net_hosts, cfg.settle_timeout_s,
+                                 on_unreachable=lambda url, detail: events.add("unreachable", url, detail),
+                                 upstream=self.proxies, rules=self.rules)
+            await proxy.start()
+            extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
+        try:
+            ctx = await self.browser.new_context(
+                viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},
+                device_scale_factor=1, locale="en-US", timezone_id="UTC", service_workers="block",
+                accept_downloads=False, **extra)
+            await ctx.add_init_script(INIT_SCRIPT if proxy is None else INIT_SCRIPT + NO_WEBRTC_SCRIPT)
+        except BaseException:
+            if proxy is not None:
+                await proxy.close()
+            raise
+        slot = ContextSlot(ctx, events=events, proxy=proxy)
+        ctx.on("page", lambda page: self._on_page(slot, page))
+        if proxy is not None:
+            # However the context ends (dropped, its browser recycled or gone), its proxy stops with it.
+            ctx.on("close", lambda _ctx: asyncio.ensure_future(proxy.close()))
+        return slot
+
+    def _on_page(self, slot: ContextSlot, page: Page) -> None:
+        """A page the context opened besides the episode's tab (a popup, a new tab): closed at once. The
+        episode's tab has already taken the URL of a popup its action opened (EpisodePage); one it did not
+        announce (opened from an out-of-process frame) is recorded here."""
+        if slot.creating_page or (slot.page is not None and page is slot.page.page):
+            return
+        ep_page = slot.page
+        if ep_page is not None and ep_page.announced_popups > 0:
+            ep_page.announced_popups -= 1
+        elif ep_page is not None:
+            ep_page.popup_closed(page.url)
+        else:
+            slot.events.add("popup", page.url, "closed")
+        slot.popups += 1  # the context is not reused after this episode
+        task = asyncio.ensure_future(self._close_page(page))
+        slot.closing.add(task)
+        task.add_done_callback(slot.closing.discard)
+
+    @staticmethod
+    async def _close_page(page: Page) -> None:
+        with contextlib.suppress(TimeoutError, PlaywrightError):
+            async with asyncio.timeout(5):
+                await page.close()
+
+    async def _close(self, episode_id: str) -> None:
+        ep = self.episodes.pop(episode_id, None)
+        if ep is None:
+            return
+        self._recycle_after_request()
+        # An operation of this episode may still be running (the engine gave up on it: a deadline, an episode
+        # cap): let it end, within its own caps, before the page is reset under it; else the context goes.
+        try:
+            async with asyncio.timeout(self.cfg.settle_timeout_s + 2 * self.cfg.screenshot_timeout_s):
+                await ep.busy.acquire()
+        except TimeoutError:
+            await self._drop_context(ep.slot)
+            return
+        ep.busy.release()  # the episode is out of self.episodes: nothing else can take its lock now
+        if await self._context_over_memory(ep):  # a heavy renderer is not reused
+            await self._drop_context(ep.slot)
+            return
+        slot = ep.slot
+        if slot.popups or ep.page.announced_popups:
+            # A popup ran in a renderer of its own, which the worker cannot wait for: what its scripts wrote (storage,
+            # cookies) can land after a reset has cleared them. Dropping the context takes all of it at once.
+            await self._drop_context(slot)
+            return
+        try:
+            # Nothing of this episode outlives it: its proxy connections (tunnels, sockets), the storage of every
+            # origin it loaded from (frames too: the proxy saw them all), a popup not reported yet.
+            more_origins = None
+            if slot.proxy is not None:
+                slot.proxy.close_connections()
+                more_origins, slot.proxy.origins = slot.proxy.origins, set()
+            async with asyncio.timeout(5):
+                reusable = await ep.page.reset(more_origins) and not await ep.page.context_has_other_pages()
+            if reusable:
+                async with asyncio.timeout(5):
+                    await slot.context.clear_cookies()
+        except (TimeoutError, PlaywrightError):
+            await self._drop_context(slot)
+            return
+        # slot.popups again: one reported while the tab was reset (its writes, too, may land late).
+        if not reusable or slot.popups or slot.uses >= self.cfg.context_reuse:
+            await self._drop_context(slot)
+        else:
+            self.idle.append(slot)
+
+    async def _discard(self, episode_id: str) -> None:
+        """Throw away a hung episode's page and context; the worker carries on."""
+        ep = self.episodes.pop(episode_id, None)
+        if ep is not None:
+            await ep.page.terminate_scripts()
+            await self._drop_context(ep.slot)
+
+    async def _drop_context(self, slot: ContextSlot) -> None:
+        with contextlib.suppress(TimeoutError, PlaywrightError):
+            async with asyncio.timeout(10):
+                await slot.context.close()

@@ -1,0 +1,23 @@
+"""The errors of the browser pool (what a session's operation raises)."""
+
+from __future__ import annotations
+
+
+class PoolError(RuntimeError):
+    """Base of the pool's errors."""
+
+
+class WorkerLost(PoolError):
+    """The worker (or its browser) serving an episode died."""
+
+
+class RequestTimeout(WorkerLost):
+    """A worker did not answer a request within its deadline (the episode may be retried elsewhere)."""
+
+
+class BrowserOpError(PoolError):
+    """A worker answered an operation with an error; ``kind`` is one of protocol.ERR_*."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind

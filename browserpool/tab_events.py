@@ -1,0 +1,183 @@
+"""What an episode's tab reports over CDP and how the worker answers it: loads and navigations (the state the
+settle check waits on; every committed main-frame document checked), window opens (one adopted, the rest closed),
+downloads refused, dialogs dismissed, file choosers cancelled, the tab closing (``TabEvents``, a part of
+:class:`browserpool.page.EpisodePage`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from playwright.async_api import CDPSession
+from playwright.async_api import Error as PlaywrightError
+
+from browserpool.config import WorkerConfig
+from browserpool.event_log import EventLog
+from browserpool.page_errors import TabClosed
+from browserpool.tab_reset import _site_candidates
+
+if TYPE_CHECKING:
+    from browserpool.netpolicy import NetPolicy
+
+# Main-frame documents that are not refused after the fact: the blank page, error pages (a refused or
+# failed load shows one) and blob: documents (the page's own content, same origin).
+_COMMITTED_OK = ("http:", "https:", "blob:", "chrome-error:")
+# Dialogs in one operation past which the page's running script is stopped: a loop of alert()s, each answered at
+# once, never lets the page render, so the screenshot would wait out its deadline and the context be discarded.
+DIALOG_STORM = 20
+# Windows a page may open in one step without the agent's asking (a pop-under or two a click) before the tab leaves
+# it for about:blank. A page that opened them without end kept its worker setting each one up, only to close it:
+# its own steps took 4-6x as long, and another episode's on the same worker 2-9x.
+POPUP_STORM = 10
+
+
+class TabEvents:
+    """The tab's CDP event handlers (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what EpisodePage provides
+        cdp: CDPSession
+        cfg: WorkerConfig
+        main_frame: str
+        events: EventLog
+        policy: NetPolicy | None
+        origins: set[str]
+        top_sites: set[str]
+        announced_popups: int
+        url: str
+        closed: asyncio.Event
+        _acting: bool
+        _adopt: str | None
+        _dialogs: int
+        _unasked_popups: int
+        _leaving: asyncio.Lock
+        _loading: bool
+        _stopped: asyncio.Event
+        _nav_changed: asyncio.Event
+        _loader_id: str | None
+
+        async def terminate_scripts(self) -> None: ...
+        async def _wait_for_document(self, loader_id: str | None) -> None: ...
+        def _note_origin(self, url: str) -> None: ...
+
+    def _on_closed(self) -> None:
+        self.closed.set()
+        # Whatever waits for the document wakes up, and finds the tab gone (TabClosed).
+        self._stopped.set()
+        self._nav_changed.set()
+
+    async def tab_closed(self) -> bool:
+        """Whether the tab is closed, asked after an operation failed: the closing can fail an operation before
+        Playwright reports it, so a tab that does not answer is given a moment to."""
+        if self.closed.is_set():
+            return True
+        try:
+            async with asyncio.timeout(2.0):
+                await self.cdp.send("Runtime.evaluate", {"expression": "0"})
+            return False
+        except (TimeoutError, PlaywrightError):
+            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await self.closed.wait()
+        return self.closed.is_set()
+
+    def _check_open(self) -> None:
+        if self.closed.is_set():
+            raise TabClosed(f"the page closed its tab ({self.url[:200]})")
+
+    def _on_started(self, params: dict[str, Any]) -> None:
+        if params.get("frameId") == self.main_frame:
+            self._loading = True
+            self._stopped.clear()
+            self._nav_changed.set()
+
+    def _on_stopped(self, params: dict[str, Any]) -> None:
+        if params.get("frameId") == self.main_frame:
+            self._loading = False
+            self._stopped.set()
+            self._nav_changed.set()
+
+    def _on_navigated(self, params: dict[str, Any]) -> None:
+        frame = params.get("frame", {})
+        origin = frame.get("securityOrigin")
+        if isinstance(origin, str) and origin.startswith(("http://", "https://")):
+            self.origins.add(origin)  # subframes too: their storage is cleared between episodes
+        if frame.get("id") == self.main_frame and not frame.get("parentId"):
+            self.url = frame.get("url", self.url)
+            self._loader_id = frame.get("loaderId")
+            self._nav_changed.set()
+            self._check_committed(self.url)
+            if isinstance(origin, str) and origin.startswith(("http://", "https://")):
+                self.top_sites.update(_site_candidates(origin))
+
+    def _check_committed(self, url: str) -> None:
+        """Every main-frame document is checked once committed, however it was reached: a refused scheme (or a
+        URL a path-specific deny pattern names, which a TLS tunnel hides from the proxy) is left for
+        about:blank at once, and recorded."""
+        low = url[:16].lower()
+        rule = None
+        if low.startswith(_COMMITTED_OK):
+            if self.policy is not None and low.startswith("https:"):
+                verdict = self.policy.deny_url(url)
+                rule = verdict.rule if verdict is not None else None
+        elif not low.startswith("about:blank"):
+            rule = f"scheme {low.split(':', 1)[0] or '?'}:"
+        if rule is not None:
+            self.events.add("refused", url, rule)
+            asyncio.ensure_future(self._leave())
+
+    async def _leave(self) -> None:
+        """Leave the page for about:blank (a refused document, a storm of popups), and wait for the blank one."""
+        async with self._leaving:
+            with contextlib.suppress(PlaywrightError, TimeoutError, TabClosed):
+                res = await self.cdp.send("Page.navigate", {"url": "about:blank"})
+                async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+                    await self._wait_for_document(res.get("loaderId"))
+
+    def _on_window_open(self, params: dict[str, Any]) -> None:
+        url = str(params.get("url", ""))
+        self.announced_popups += 1
+        self._note_origin(url)
+        # One tab per episode: a popup the agent's own action opened (a user gesture) becomes the episode's
+        # page (this tab goes to its URL when the action settles); every other one is only closed.
+        if (self._acting and self._adopt is None and params.get("userGesture")
+                and url[:8].lower().startswith(("http://", "https://"))):
+            self._adopt = url
+        else:
+            self.popup_closed(url)
+
+    def popup_closed(self, url: str) -> None:
+        """A window opened without the agent's asking, closed by the worker: recorded. At POPUP_STORM of them in one
+        step the tab leaves the page (once a step: more may still be on their way as it does)."""
+        self.events.add("popup", url, "closed")
+        self._unasked_popups += 1
+        if self._unasked_popups == POPUP_STORM:
+            self.events.add("popup", url, f"{POPUP_STORM} windows opened in one step: the page was left for "
+                                          "about:blank")
+            asyncio.ensure_future(self._leave())
+
+    def _on_download(self, params: dict[str, Any]) -> None:
+        self.events.add("download", str(params.get("url", "")), f"refused: {params.get('suggestedFilename', '')}")
+        if params.get("frameId") == self.main_frame:
+            # A navigation that became a download leaves the document where it was: the settle check, told it
+            # was leaving, must not wait for a new one until its deadline.
+            asyncio.ensure_future(self._stay())
+
+    async def _stay(self) -> None:
+        with contextlib.suppress(PlaywrightError):
+            await self.cdp.send("Runtime.evaluate", {"expression": "window.__wgStay && window.__wgStay()"})
+        self._nav_changed.set()
+
+    def _on_dialog(self, params: dict[str, Any]) -> None:
+        # Playwright answers it (dismissed; a beforeunload is accepted, so navigations go on): only recorded.
+        kind = params.get("type", "dialog")
+        self.events.add("dialog", str(params.get("url", "")), f"{kind}: {params.get('message', '')}")
+        self._dialogs += 1
+        if self._dialogs % DIALOG_STORM == 0:  # again after each 20 more: a script that comes back (a timer)
+            self.events.add("dialog", str(params.get("url", "")), f"{DIALOG_STORM} dialogs in one operation: the "
+                            "page's running script was stopped")
+            asyncio.ensure_future(self.terminate_scripts())
+
+    def _on_file_chooser(self, params: dict[str, Any]) -> None:
+        self.events.add("filechooser", self.url, f"cancelled ({params.get('mode', '')})")

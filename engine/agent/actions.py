@@ -1,0 +1,125 @@
+"""The agent's action vocabulary (the original's ``computer_use`` actions) and its browser mapping.
+
+Coordinates here are CSS pixels of the viewport; mapping from a model's grid happens in the agent
+protocol before an AgentAction is built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, cast
+
+from browserpool.protocol import BrowserAction
+from engine.store.records import ActionRecord
+
+ACTION_NAMES = ("left_click", "type", "scroll", "wait", "go_back", "navigate", "answer", "keypress", "hover",
+                "select")
+
+
+@dataclass(slots=True)
+class AgentAction:
+    """One action chosen by a policy."""
+
+    name: str
+    x: float | None = None
+    y: float | None = None
+    text: str | None = None
+    direction: str | None = None
+    url: str | None = None
+    keys: str | None = None
+    clear: bool = True
+    enter: bool = True
+    seconds: float | None = None
+    element_id: int | None = None  # Set-of-Marks: the element the model named (x, y is its centre)
+
+    def __post_init__(self) -> None:
+        # Checked here, where an action enters the engine (a parser, a trainer's dict): a NaN coordinate or a number
+        # for a text would otherwise fail the episode in the worker, far from the caller's mistake.
+        if self.name not in ACTION_NAMES:
+            raise ValueError(f"unknown action {self.name!r}; expected one of {', '.join(ACTION_NAMES)}")
+        for field_name in ("x", "y", "seconds"):
+            value = getattr(self, field_name)
+            if value is not None and not _finite_number(value):
+                raise ValueError(f"action {self.name}: {field_name} must be a finite number, not {value!r}"[:200])
+        if self.seconds is not None and self.seconds < 0:
+            raise ValueError(f"action {self.name}: seconds must be >= 0, not {self.seconds!r}")
+        for field_name in ("text", "direction", "url", "keys"):
+            value = getattr(self, field_name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"action {self.name}: {field_name} must be a string, not {type(value).__name__}")
+        if self.element_id is not None and (type(self.element_id) is bool or not isinstance(self.element_id, int)):
+            raise TypeError(f"action {self.name}: element_id must be an integer, not {type(self.element_id).__name__}")
+        if type(self.clear) is not bool or type(self.enter) is not bool:
+            raise TypeError(f"action {self.name}: clear and enter must be booleans")
+
+    @property
+    def ends_episode(self) -> bool:
+        return self.name == "answer"
+
+    def to_browser(self) -> BrowserAction:
+        """The browser operation that carries this action out (``answer`` has none)."""
+        n = self.name
+        if n == "left_click":
+            return BrowserAction("click", x=self.x, y=self.y)
+        if n == "hover":
+            return BrowserAction("hover", x=self.x, y=self.y)
+        if n == "select":
+            return BrowserAction("select", x=self.x, y=self.y, text=self.text or "")
+        if n == "type":
+            return BrowserAction("type", x=self.x, y=self.y, text=self.text or "", clear=self.clear,
+                                 enter=self.enter)
+        if n == "scroll":
+            return BrowserAction("scroll", x=self.x, y=self.y, direction=self.direction or "down")
+        if n == "keypress":
+            return BrowserAction("key", keys=self.keys or "")
+        if n == "navigate":
+            return BrowserAction("navigate", url=self.url or "")
+        if n == "go_back":
+            return BrowserAction("go_back")
+        if n == "wait":
+            return BrowserAction("wait", seconds=self.seconds)
+        raise ValueError(f"action {n!r} has no browser operation")
+
+    def describe(self) -> str:
+        """One line for summaries and logs."""
+        n = self.name
+        at = f" at ({self.x:.0f}, {self.y:.0f})" if self.x is not None and self.y is not None else ""
+        if self.element_id is not None:
+            at = f" on element {self.element_id}"
+        if n == "type":
+            return f"type {self.text!r}{at}" + (" + Enter" if self.enter else "")
+        if n == "scroll":
+            return f"scroll {self.direction}"
+        if n == "navigate":
+            return f"navigate to {self.url}"
+        if n == "answer":
+            return f"answer {self.text!r}"
+        if n == "select":
+            return f"select {self.text!r}{at}"
+        if n == "keypress":
+            return f"press {self.keys}"
+        return f"{n}{at}"
+
+    def to_dict(self) -> ActionRecord:
+        """Only the fields that differ from their defaults."""
+        # The dataclass's fields are ActionRecord's keys, and ``name`` (whose default here is None) is always there.
+        return cast("ActionRecord", {name: v for name, default in _DEFAULTS if (v := getattr(self, name)) != default})
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AgentAction:
+        return cls(**d)
+
+
+def _finite_number(value: Any) -> bool:
+    """An int or float (not a bool) that is finite as a float."""
+    if type(value) is bool or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past the float range
+        return False
+
+
+_DEFAULTS = tuple((f.name, None if f.name == "name" else f.default) for f in fields(AgentAction))

@@ -1,0 +1,1 @@
+"""Tasks: the WebGym task schema, loading task files, MiniWoB++ as a task source."""

@@ -1,0 +1,1 @@
+"""Live telemetry for monitors: the publisher and its wire format."""
