@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
+
+import msgspec
 
 from browserpool.consent import ConsentMode
 
@@ -110,16 +111,21 @@ class WorkerConfig:
     insecure: bool = False
 
     def to_json(self) -> str:
-        d = asdict(self)
+        """The config as the worker's ``--config`` argument (JSON), the engine's own sites added to ``net_exempt``."""
         # The bundled-site servers this process runs are the engine's own sites: exempt in the worker, too.
         from browserpool.netpolicy import engine_sites  # here: config stays import-light
 
-        d["net_exempt"] = list(dict.fromkeys([*self.net_exempt, *engine_sites()]))
-        return json.dumps(d)
+        exempt = list(dict.fromkeys([*self.net_exempt, *engine_sites()]))
+        return msgspec.json.encode(replace(self, net_exempt=exempt)).decode()
 
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:
-        d = json.loads(text)
-        if "allowed_schemes" in d:
-            d["allowed_schemes"] = tuple(d["allowed_schemes"])
-        return cls(**d)
+        """A config from :meth:`to_json`'s text, each field checked against its type (``ValueError`` names the
+        field: ``Expected `int`, got `str` - at `$.slot_count```)."""
+        try:
+            data = msgspec.json.decode(text)
+            if isinstance(data, dict) and (unknown := sorted(set(data) - set(cls.__dataclass_fields__))):
+                raise ValueError(f"worker config: unknown field(s) {', '.join(unknown)}")
+            return msgspec.convert(data, cls)
+        except msgspec.DecodeError as exc:  # malformed JSON, or a field of the wrong type
+            raise ValueError(f"worker config: {exc}") from None

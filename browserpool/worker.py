@@ -431,7 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         args.tmp_dir = tempfile.mkdtemp(prefix=Instance.current().tmp_prefix())
     if args.tmp_dir:
         _use_tmp_dir(args.tmp_dir)
-    cfg = WorkerConfig.from_json(args.config) if args.config else WorkerConfig(endpoint=args.connect or "")
+    try:
+        cfg = WorkerConfig.from_json(args.config) if args.config else WorkerConfig(endpoint=args.connect or "")
+    except ValueError as exc:
+        ap.error(str(exc))  # exits 2 with the field in the message
     if args.connect:
         cfg.endpoint = args.connect
     if args.worker_id:
