@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from browserpool.protocol import ErrorKind
+
 
 class PoolError(RuntimeError):
     """Base of the pool's errors."""
@@ -16,8 +18,8 @@ class RequestTimeout(WorkerLost):
 
 
 class BrowserOpError(PoolError):
-    """A worker answered an operation with an error; ``kind`` is one of protocol.ERR_*."""
+    """A worker answered an operation with an error of this ``kind``."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind

@@ -212,6 +212,25 @@ class Heartbeat(Message, tag="heartbeat"):
 
 # --- operations: what a Request asks of one episode's page, one struct each ------------------------
 
+class ErrorKind(StrEnum):
+    """The failure class a Reply carries (a worker that sends another is a peer sending garbage)."""
+
+    REFUSED = "refused"  # the operation was refused (bad scheme, unknown op)
+    HUNG = "hung"  # the page stopped responding; its context was discarded
+    NO_EPISODE = "no_episode"  # the episode has no page on this worker
+    BROWSER = "browser"  # the browser crashed or disconnected
+    TOO_LARGE = "too_large"  # the reply would exceed MAX_MESSAGE_BYTES (a page's huge value): not sent
+    INTERNAL = "internal"
+
+
+ERR_REFUSED = ErrorKind.REFUSED
+ERR_HUNG = ErrorKind.HUNG
+ERR_NO_EPISODE = ErrorKind.NO_EPISODE
+ERR_BROWSER = ErrorKind.BROWSER
+ERR_TOO_LARGE = ErrorKind.TOO_LARGE
+ERR_INTERNAL = ErrorKind.INTERNAL
+
+
 class Op(StrEnum):
     """The operations a Request carries (each one's struct below has this tag)."""
 
@@ -309,7 +328,7 @@ class Reply(Message, tag="rep"):
     ok: bool
     body: Any = None
     error: ErrorText | None = None
-    error_kind: ShortText | None = None
+    error_kind: ErrorKind | None = None
 
 
 class Shutdown(Message, tag="shutdown"):
@@ -330,7 +349,7 @@ class _RawReply(Message, tag="rep"):
     ok: bool
     body: msgspec.Raw = msgspec.Raw(b"\xc0")
     error: ErrorText | None = None
-    error_kind: ShortText | None = None
+    error_kind: ErrorKind | None = None
 
 
 def error_text(message: str) -> str:
@@ -420,10 +439,3 @@ def _decode(decoder: msgspec.msgpack.Decoder, data: Any) -> Any:
         raise ProtocolError(f"undecodable message: {exc}") from exc
 
 
-# Error kinds a Reply may carry.
-ERR_REFUSED = "refused"  # the operation was refused (bad scheme, unknown op)
-ERR_HUNG = "hung"  # the page stopped responding; its context was discarded
-ERR_NO_EPISODE = "no_episode"  # the episode has no page on this worker
-ERR_BROWSER = "browser"  # the browser crashed or disconnected
-ERR_TOO_LARGE = "too_large"  # the reply would exceed MAX_MESSAGE_BYTES (a page's huge value): not sent
-ERR_INTERNAL = "internal"

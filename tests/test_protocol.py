@@ -102,7 +102,8 @@ def test_each_side_refuses_the_other_sides_messages(msg: P.Message) -> None:
     ["rep", 1, "yes", None, None, None],
     ["rep", 1, False, None, 42, None],  # error as a number
     ["rep", 1, False, None, "x" * 5000, None],  # an oversized error text
-], ids=lambda w: f"{w[0]}-{str(w[1])[:8]}")
+    ["rep", 1, False, None, "boom", "exploded"],  # an error kind the protocol does not have
+], ids=lambda w: f"{w[0]}-{str(w[1])[:8]}-{len(w)}-{str(w[-1])[:8]}")
 def test_wrongly_typed_fields_from_a_worker_are_refused(wire: list) -> None:
     with pytest.raises(P.ProtocolError):
         P.decode_from_worker(msgpack.packb(wire, use_bin_type=True))
@@ -351,3 +352,8 @@ def test_a_reply_error_is_cut_to_what_the_engine_decodes() -> None:
     assert P.error_text("short") == "short"
     reply = P.decode_from_worker(P.encode(P.Reply(7, False, None, cut, P.ERR_REFUSED)))
     assert isinstance(reply, P.Reply) and reply.error == cut
+
+
+def test_a_reply_carries_its_error_kind_as_the_enum() -> None:
+    reply = P.decode_from_worker(P.encode(P.Reply(3, False, None, "gone", P.ERR_BROWSER)))
+    assert isinstance(reply, P.Reply) and reply.error_kind is P.ErrorKind.BROWSER and reply.error_kind == "browser"

@@ -9,20 +9,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 from browserpool.protocol import BrowserAction
 from engine.store.records import ActionRecord
 
-ACTION_NAMES = ("left_click", "type", "scroll", "wait", "go_back", "navigate", "answer", "keypress", "hover",
-                "select")
+ActionName = Literal["left_click", "type", "scroll", "wait", "go_back", "navigate", "answer", "keypress", "hover",
+                     "select"]
+ACTION_NAMES: tuple[ActionName, ...] = get_args(ActionName)
 
 
 @dataclass(slots=True)
 class AgentAction:
     """One action chosen by a policy."""
 
-    name: str
+    name: ActionName  # checked on construction: a parser or a trainer may hand in any string
     x: float | None = None
     y: float | None = None
     text: str | None = None

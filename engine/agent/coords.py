@@ -11,10 +11,10 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from engine._imgcodec import QWEN3_VL, smart_resize
-from engine.agent.actions import AgentAction
+from engine.agent.actions import ActionName, AgentAction
 
 from .parser import parse_reply, skip_reason
 
@@ -246,7 +246,7 @@ def _to_action(call: dict[str, Any], frame: CoordFrame,
 
     if action in ("left_click", "hover"):
         x, y = point(True)
-        act = AgentAction(action, x=x, y=y)
+        act = AgentAction(cast("ActionName", action), x=x, y=y)  # one of the two, by the condition
     elif action == "select":
         text = _text(args, "text", action)
         x, y = point(True)
