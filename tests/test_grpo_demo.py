@@ -21,8 +21,8 @@ pytest.importorskip("torch")
 from train.examples.grpo_demo import DemoConfig, run_demo  # noqa: E402
 
 
-# Two RL runs with a model on the CPU: 3 to 6.5 minutes on 2 cores, past the suite's default per-test cap (a guard
-# against hangs, pyproject.toml).
+# Two RL runs with a model on the CPU: 204 s in the stored suite timing (docs/benchmarks/test_time.json), 393 s on a
+# slower day, past the suite's default per-test cap (a guard against hangs, pyproject.toml).
 @pytest.mark.timeout(900)
 def test_grpo_raises_held_out_success_and_shuffled_rewards_do_not(tmp_path: Path) -> None:
     result = run_demo(tmp_path, DemoConfig.quick())

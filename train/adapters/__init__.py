@@ -30,6 +30,7 @@ from engine import _imgcodec as codec
 from engine.clients.env import AsyncWebEnv
 from engine.clients.gym_env import CoreThread
 from engine.core.config import RunConfig
+from engine.store.records import reward_value
 from engine.tasks.loading import load_tasks
 from engine.tasks.schema import Task
 
@@ -175,7 +176,7 @@ async def _settled_reward(reward: float, info: dict[str, Any], timeout_s: float 
         return reward
     async with asyncio.timeout(timeout_s):
         merged = await verdict
-    return float(((merged or {}).get("reward") or {}).get("value") or 0.0)
+    return float((reward_value(merged) if merged else None) or 0.0)
 
 
 async def run_episode(core: CoreThread, env: AsyncWebEnv, task: Task | str,
