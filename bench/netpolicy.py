@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from browserpool.config import WorkerConfig
+from browserpool.protocol import NetSettings
 from engine.clients.runner import run
 from engine.core.config import RunConfig
 from engine.sites.server import SiteServer
@@ -30,7 +31,8 @@ from policy.registry import make_policy
 async def one_run(base_url: str, policy_on: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One engine run of ``args.episodes`` bundled tasks; its steps/s and outcome counts."""
     cfg = RunConfig(episodes=args.episodes, concurrency=args.concurrency, workers=args.workers,
-                    output_dir=str(out), telemetry=None, worker=WorkerConfig(endpoint="", net_policy=policy_on))
+                    output_dir=str(out), telemetry=None,
+                    worker=WorkerConfig(endpoint="", net=NetSettings(enabled=policy_on)))
     t0 = time.monotonic()
     stats, run_dir = await run(cfg, make_policy("scripted"), base_url)
     records = read_records(run_dir)

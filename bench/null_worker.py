@@ -101,9 +101,9 @@ class NullWorker:
         jpeg = self.jpegs[step % 2]
         ref = self.ring.write(jpeg) if self.use_shm else None
         url = operation.url if isinstance(operation, P.Open) else f"{PAGE_URL}{step}"
-        return P.Observation(url=url, title="null page", settled=True, settle="quiet", width=WIDTH, height=HEIGHT,
-                             frame=ref, frame_bytes=None if ref else jpeg, change=None if step == 0 else 0.05,
-                             status=200)
+        return P.Observation(url=url, title="null page", settled=True, settle=P.SettleState.QUIET, width=WIDTH,
+                             height=HEIGHT, frame=ref, frame_bytes=None if ref else jpeg,
+                             change=None if step == 0 else 0.05, status=200)
 
     async def _heartbeat(self) -> None:
         parent = os.getppid()

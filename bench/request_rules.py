@@ -1,7 +1,8 @@
 """What the request rules save: Chromium CPU per step and steps/s on the heavy bundled pages with third-party ads,
 with and without the rules, in one run.
 
-A bench server (on loopback, named ``news.bench`` and ``ads.bench`` for the workers through ``net_hosts``) serves
+A bench server (on loopback, named ``news.bench`` and ``ads.bench`` for the workers through
+``NetSettings.hosts``) serves
 the bundled heavy pages (``bench.ceiling.HEAVY_PAGES``) with ``--ads`` third-party scripts and pixels from
 ``ads.bench`` injected, as live pages pull them: each script loads, then animates a banner (a timer that rewrites
 it every 100 ms) and fetches a tracking pixel every second, which is what ad and analytics scripts do in the
@@ -29,6 +30,7 @@ from aiohttp import web
 
 from bench.ceiling import CLICK, HEAVY_PAGES, stack_cpu
 from browserpool.config import WorkerConfig
+from browserpool.protocol import NetSettings
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
 from engine.sites.server import SiteServer
@@ -96,8 +98,8 @@ class AdPages:
 
 
 async def one_side(pages: AdPages, rules: Path | None, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    worker = WorkerConfig(endpoint="", allow_private_network=True,
-                          net_hosts={"news.bench": "127.0.0.1", "ads.bench": "127.0.0.1"},
+    net = NetSettings(allow_private_network=True, hosts={"news.bench": "127.0.0.1", "ads.bench": "127.0.0.1"})
+    worker = WorkerConfig(endpoint="", net=net,
                           request_rules=[str(rules)] if rules else [])
     cfg = RunConfig(concurrency=args.concurrency, workers=1, worker=worker, telemetry=None, output_dir=str(tmp))
     caps = StepCaps(train=(args.steps, args.steps, args.steps))

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 import msgspec
 
 from browserpool.consent import ConsentMode
+from browserpool.protocol import NetSettings
+from browserpool.typed_config import ConfigError, check_choices, config_from
 
 # Chromium's headless shell (Debian's chromium-headless-shell; Playwright's own default for headless runs): the same
 # Blink and V8 without the desktop browser's layer, so contexts, pages and navigations cost a third to nearly half
@@ -69,16 +71,8 @@ class WorkerConfig:
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")
-    # The network policy for pages (browserpool.netpolicy): every load of a context goes through a proxy in
-    # the worker that refuses metadata, link-local and (unless allowed) loopback and private addresses.
-    # net_exempt: the engine's own sites as HOST:PORT (they bypass the proxy); net_hosts: name -> address(es,
-    # comma-separated) used instead of DNS (tests make fake hosts on 127.x with it).
-    net_policy: bool = True
-    allow_private_network: bool = False
-    net_allow: list[str] = field(default_factory=list)
-    net_deny: list[str] = field(default_factory=list)
-    net_exempt: list[str] = field(default_factory=list)
-    net_hosts: dict[str, str] = field(default_factory=dict)
+    # The network policy for pages (browserpool.netpolicy; its fields in browserpool.protocol.NetSettings).
+    net: NetSettings = field(default_factory=NetSettings)
     # Upstream proxies (browserpool.upstream): http://[$USER_VAR:$PASS_VAR@]HOST:PORT, credentials named by
     # environment variables; each context sticks to one, a failing one is set aside for proxy_cooldown_s.
     proxies: list[str] = field(default_factory=list)
@@ -110,22 +104,21 @@ class WorkerConfig:
     key_file: str | None = None
     insecure: bool = False
 
-    def to_json(self) -> str:
-        """The config as the worker's ``--config`` argument (JSON), the engine's own sites added to ``net_exempt``."""
-        # The bundled-site servers this process runs are the engine's own sites: exempt in the worker, too.
-        from browserpool.netpolicy import engine_sites  # here: config stays import-light
+    def __post_init__(self) -> None:
+        check_choices(self, "worker config")
 
-        exempt = list(dict.fromkeys([*self.net_exempt, *engine_sites()]))
-        return msgspec.json.encode(replace(self, net_exempt=exempt)).decode()
+    def to_json(self) -> str:
+        """The config as the worker's ``--config`` argument (JSON), the engine's own sites exempt in ``net``."""
+        from browserpool.netpolicy import with_engine_sites  # here: config stays import-light
+
+        return msgspec.json.encode(replace(self, net=with_engine_sites(self.net))).decode()
 
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:
-        """A config from :meth:`to_json`'s text, each field checked against its type (``ValueError`` names the
-        field: ``Expected `int`, got `str` - at `$.slot_count```)."""
+        """A config from :meth:`to_json`'s text, each field checked against its type (a :class:`ConfigError`, a
+        ``ValueError``, names the field: ``worker config: slot_count: expected an integer, got 'x'``)."""
         try:
             data = msgspec.json.decode(text)
-            if isinstance(data, dict) and (unknown := sorted(set(data) - set(cls.__dataclass_fields__))):
-                raise ValueError(f"worker config: unknown field(s) {', '.join(unknown)}")
-            return msgspec.convert(data, cls)
-        except msgspec.DecodeError as exc:  # malformed JSON, or a field of the wrong type
-            raise ValueError(f"worker config: {exc}") from None
+        except msgspec.DecodeError as exc:  # malformed JSON
+            raise ConfigError(f"worker config: {exc}") from None
+        return config_from(cls, data, "worker config")

@@ -79,11 +79,11 @@ class ContextPool:
             # own sites bypass it (no cost on the bundled sites); "<-loopback>" sends every other loopback
             # load through it, too.
             proxy = ContextProxy(self.netpolicy, lambda url, rule: events.add("refused", url, rule),
-                                 cfg.net_hosts, cfg.settle_timeout_s,
+                                 cfg.net.hosts, cfg.settle_timeout_s,
                                  on_unreachable=lambda url, detail: events.add("unreachable", url, detail),
                                  upstream=self.proxies, rules=self.rules)
             await proxy.start()
-            extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net_exempt)}
+            extra["proxy"] = {"server": proxy.server, "bypass": bypass_list(cfg.net.exempt)}
         try:
             ctx = await self.browser.new_context(
                 viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},

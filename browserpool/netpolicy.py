@@ -42,8 +42,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-# Names imported "as" themselves are re-exported: they lived here, and code elsewhere imports them from here.
+import msgspec
+
 from browserpool.net_addresses import _DEFAULT_PORTS, IPAddress, IPNetwork, _ip, _norm_host, _split_host_port
+
+# Names imported "as" themselves are re-exported: they lived here, and code elsewhere imports them from here.
+from browserpool.protocol import NetSettings
 from browserpool.proxy import DNS_LOOKUPS_PER_CONTEXT as DNS_LOOKUPS_PER_CONTEXT
 from browserpool.proxy import MAX_INTERIM_HEADS as MAX_INTERIM_HEADS
 from browserpool.proxy import ContextProxy as ContextProxy
@@ -236,6 +240,13 @@ class NetPolicy:
             if e.port is None or e.kind == "url":
                 raise ValueError(f"exempt entry {e.text!r} must be HOST:PORT")
 
+    @classmethod
+    def of(cls, net: NetSettings) -> NetPolicy | None:
+        """The rules of ``net``, or None when its policy is off; raises ValueError on a bad entry."""
+        if not net.enabled:
+            return None
+        return cls(allow_private_network=net.allow_private_network, allow=net.allow, deny=net.deny, exempt=net.exempt)
+
     def precheck(self, host: str, port: int, url: str | None = None, tunnel: bool = False) -> Verdict | None:
         """The verdict when it needs no name resolution (an IP-literal host, a metadata or denied name), else
         None: resolve the name and call :meth:`check`."""
@@ -348,6 +359,13 @@ def unregister_engine_site(base_url: str) -> None:
 def engine_sites() -> list[str]:
     """``host:port`` of every bundled-site server this process runs now."""
     return sorted(_ENGINE_SITES)
+
+
+def with_engine_sites(net: NetSettings) -> NetSettings:
+    """``net`` with the bundled-site servers this process runs exempt (they are the engine's own sites): the one
+    place where the engine's sites join a network policy (a spawned worker's config, the policy sent to workers
+    that join, a worker's own sites)."""
+    return msgspec.structs.replace(net, exempt=list(dict.fromkeys([*net.exempt, *engine_sites()])))
 
 
 def bypass_list(exempt: Iterable[str]) -> str:

@@ -26,7 +26,7 @@ class Observer:
         ring: SlotRing | None
         use_shm: bool
 
-    async def _observe(self, ep: Episode, settle: str, timings: dict[str, float],
+    async def _observe(self, ep: Episode, settle: P.SettleState, timings: dict[str, float],
                        point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
                        fmt: str = "jpeg", retry_after: str | None = None) -> P.Observation:
         """The settled page as an Observation: the screenshot (``fmt`` jpeg or png; Set-of-Marks boxes drawn on
@@ -47,7 +47,7 @@ class Observer:
                 probe = {"error": str(exc).splitlines()[0][:200]}
             timings["probe_ms"] = _ms(t0)
         if not shot:
-            return P.Observation(url=page.url, title=page.title, settled=settle == "quiet", settle=settle,
+            return P.Observation(url=page.url, title=page.title, settled=settle is P.SettleState.QUIET, settle=settle,
                                  width=self.cfg.viewport_width, height=self.cfg.viewport_height,
                                  timings_ms=timings, point=point, note=note, probe=probe,
                                  events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
@@ -96,7 +96,7 @@ class Observer:
             ep.last_shot = raw
         ref = self.ring.write(image) if (self.ring and self.use_shm) else None
         # A Reply's body: msgspec encodes the struct as an array.
-        return P.Observation(url=page.url, title=page.title, settled=settle == "quiet", settle=settle,
+        return P.Observation(url=page.url, title=page.title, settled=settle is P.SettleState.QUIET, settle=settle,
                              width=self.cfg.viewport_width, height=self.cfg.viewport_height, frame=ref,
                              frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
                              elements=elements, probe=probe, change=change, events=ep.slot.events.take(),

@@ -28,7 +28,7 @@ from browserpool.netpolicy import NetPolicy
 from browserpool.page_errors import ActionRefused, PageHung
 from browserpool.page_scripts import LOCATE_FN, som_expression
 from browserpool.page_scripts import TITLE_CHARS as TITLE_CHARS
-from browserpool.protocol import BrowserAction
+from browserpool.protocol import BrowserAction, SettleState
 from browserpool.settle import Settling
 from browserpool.tab_events import DIALOG_STORM as DIALOG_STORM
 from browserpool.tab_events import POPUP_STORM as POPUP_STORM
@@ -130,7 +130,7 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
 
     # --- operations ----------------------------------------------------------------------------
     async def perform(self, action: BrowserAction, cap_s: float | None = None
-                      ) -> tuple[str, dict[str, float], tuple[float, float] | None]:
+                      ) -> tuple[SettleState, dict[str, float], tuple[float, float] | None]:
         """Carry out one action and wait until the page settles, within ``cap_s`` (default:
         settle_timeout_s; a ``wait`` action may ask for less).
 
@@ -158,7 +158,7 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
             except TimeoutError:
                 timings["action_ms"] = _ms(t0)
                 await self._stop_loading()
-                return "timeout", timings, point
+                return SettleState.TIMEOUT, timings, point
             timings["action_ms"] = _ms(t0)
             t1 = time.perf_counter()
             status = await self._settle(deadline, quiet_ms)
@@ -183,7 +183,7 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
             await self.cdp.send("Page.navigate", {"url": url})
         return await self._settle(deadline, quiet_ms)
 
-    async def settled(self) -> tuple[str, dict[str, float]]:
+    async def settled(self) -> tuple[SettleState, dict[str, float]]:
         """Wait only for what is still in flight (a navigation, a load, pending fetches), not for a quiet period:
         before a screenshot taken on request, after the page already settled from its last action. Returns
         (settle status, timings)."""
@@ -192,7 +192,7 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
         status = await self._settle(time.monotonic() + self.cfg.settle_timeout_s, 0)
         return status, {"settle_ms": _ms(t0)}
 
-    async def run_setup(self, script: str) -> tuple[str, dict[str, float]]:
+    async def run_setup(self, script: str) -> tuple[SettleState, dict[str, float]]:
         """Run an episode's setup script (a returned promise is awaited), then wait until the page settles
         again. Returns (settle status, timings). Raises ActionRefused when the script throws: the episode
         cannot start as specified."""

@@ -108,13 +108,22 @@ class PageEvent(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     detail: str = ""
 
 
+class SettleState(StrEnum):
+    """How the page stood when an observation was taken (``Observation.settle``)."""
+
+    QUIET = "quiet"  # navigation over and the DOM and network quiet for quiet_ms: settled
+    BUSY = "busy"  # loaded, but never quiet within idle_cap_ms (animations, polling): observed as it was
+    TIMEOUT = "timeout"  # the operation's cap (settle_timeout_s / open_timeout_s) ran out first
+    SKIPPED = "skipped"  # no wait was asked for (the server's commands that only read the page)
+
+
 class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     """What the worker saw after an operation (the body of an open's or act's Reply)."""
 
     url: str
     title: str
     settled: bool
-    settle: str  # quiet | busy | timeout | hung | skipped
+    settle: SettleState
     width: Count
     height: Count
     frame: FrameRef | None = None
@@ -176,15 +185,20 @@ class Hello(Message, tag="hello"):
 
 
 class NetSettings(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    """The engine's network policy for pages (see ``netpolicy.py``), sent to every worker that joins, so that
-    a worker started by hand on another host applies the same rules as the engine's own workers."""
+    """The network policy for pages (see ``netpolicy.py``): a worker's own (``WorkerConfig.net``), and the
+    engine's, sent to every worker that joins, so that a worker started by hand on another host applies the same
+    rules as the engine's own workers.
 
-    enabled: bool
-    allow_private_network: bool
-    allow: list[str]
-    deny: list[str]
-    exempt: list[str]  # the engine's own sites, HOST:PORT
-    hosts: dict[str, str]  # name -> address(es) used instead of DNS
+    Every load of a context goes through a proxy in the worker that refuses metadata, link-local and (unless
+    ``allow_private_network``) loopback and private addresses; ``enabled`` False turns the proxy off."""
+
+    enabled: bool = True
+    allow_private_network: bool = False
+    allow: list[str] = msgspec.field(default_factory=list)
+    deny: list[str] = msgspec.field(default_factory=list)
+    exempt: list[str] = msgspec.field(default_factory=list)  # the engine's own sites, HOST:PORT (they bypass it)
+    # name -> address(es, comma-separated) used instead of DNS (tests make fake hosts on 127.x with it)
+    hosts: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Welcome(Message, tag="welcome"):

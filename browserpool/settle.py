@@ -15,6 +15,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
 from browserpool.page_scripts import TITLE_CHARS
+from browserpool.protocol import SettleState
 
 # Where the page is, [url, title, HTTP status or null]: the init script's report, which a page's own scripts cannot
 # alter; in a document without it (the init script did not run), read directly.
@@ -58,10 +59,10 @@ class Settling:
             async with asyncio.timeout(2.0):
                 await self.cdp.send("Page.stopLoading")
 
-    async def _settle(self, deadline: float, quiet_ms: int) -> str:
-        """Wait until navigation is over and the document is quiet; 'quiet', 'busy' or 'timeout'."""
+    async def _settle(self, deadline: float, quiet_ms: int) -> SettleState:
+        """Wait until navigation is over and the document is quiet; quiet, busy or timeout."""
         state = await self._settle_until(deadline, quiet_ms)
-        if state == "timeout":
+        if state is SettleState.TIMEOUT:
             await self._read_location()
         return state
 
@@ -85,18 +86,18 @@ class Settling:
         self.status = status if type(status) is int and status > 0 else None
         return True
 
-    async def _settle_until(self, deadline: float, quiet_ms: int) -> str:
+    async def _settle_until(self, deadline: float, quiet_ms: int) -> SettleState:
         while True:
             self._check_open()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return "timeout"
+                return SettleState.TIMEOUT
             if self._loading:
                 try:
                     async with asyncio.timeout(remaining):
                         await self._stopped.wait()
                 except TimeoutError:
-                    return "timeout"
+                    return SettleState.TIMEOUT
                 continue
             self._nav_changed.clear()
             cap_ms = int(min(quiet_ms + self.cfg.idle_cap_ms, remaining * 1000))
@@ -106,7 +107,7 @@ class Settling:
                     res = await self.cdp.send("Runtime.evaluate", {
                         "expression": expr, "returnByValue": True, "awaitPromise": True})
             except TimeoutError:
-                return "timeout"
+                return SettleState.TIMEOUT
             except PlaywrightError:
                 # The document went away mid-check (a navigation, or the tab closing): check the new one once the
                 # browser reports it, without spinning on a tab that no longer answers.
@@ -119,16 +120,15 @@ class Settling:
                 # A document whose scripts broke the check (no init script, and builtins replaced): asking again
                 # would only spin until the deadline.
                 await self._read_location()
-                return "busy"
-            state = value[0] if value[0] in ("quiet", "busy", "navigating") else "busy"
+                return SettleState.BUSY
             self._note_origin(self.url)
-            if state == "navigating" or self._loading:
+            if value[0] == "navigating" or self._loading:  # the page script's third state: not settled yet
                 # The document is leaving; wait for the browser to report the load (or give up on it).
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(remaining, 1.0)):
                         await self._nav_changed.wait()
                 continue
-            return state
+            return SettleState.QUIET if value[0] == "quiet" else SettleState.BUSY
 
     def _note_origin(self, url: str) -> None:
         parts = urlsplit(url)

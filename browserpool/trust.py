@@ -16,7 +16,7 @@ import zmq
 from browserpool import protocol as P
 from browserpool.auth import ClientKeys, CurveGuard
 from browserpool.instance import SHM_NAME_RE, Instance
-from browserpool.netpolicy import engine_sites
+from browserpool.netpolicy import with_engine_sites
 from browserpool.router import RouterSocket
 from browserpool.shm import SlotReader
 from browserpool.worker_handle import WorkerHandle
@@ -131,9 +131,7 @@ class PeerTrust:
     def _net_settings(self) -> P.NetSettings:
         """The network policy every worker's pages follow: the pool's worker configuration's, with the bundled-site
         servers this process runs exempt."""
-        w = self.cfg.worker
-        return P.NetSettings(w.net_policy, w.allow_private_network, list(w.net_allow), list(w.net_deny),
-                             list(dict.fromkeys([*w.net_exempt, *engine_sites()])), dict(w.net_hosts))
+        return with_engine_sites(self.cfg.worker.net)
 
     def _is_spawned_peer(self, h: WorkerHandle, msg: P.Hello, key: bytes | None) -> bool:
         """Whether a hello that names one of this pool's spawned workers really comes from it."""

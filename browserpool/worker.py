@@ -16,6 +16,7 @@ import sys
 import tempfile
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 from playwright.async_api import Browser, async_playwright
@@ -26,12 +27,12 @@ from browserpool import lifeline
 from browserpool import protocol as P
 from browserpool.auth import CURVE_ENV, ClientKeys, KeyFileError
 from browserpool.config import WorkerConfig
-from browserpool.consent import CONSENT_MODES, consent_script
+from browserpool.consent import consent_script
 from browserpool.contexts import ContextPool, ContextSlot, Episode
 from browserpool.image_ops import _draw_marks as _draw_marks
 from browserpool.instance import Instance
 from browserpool.memory_watch import MemoryWatch, _newest_chromium
-from browserpool.netpolicy import NetPolicy, engine_sites
+from browserpool.netpolicy import NetPolicy, with_engine_sites
 from browserpool.observe import Observer
 from browserpool.page import EpisodePage
 from browserpool.page_errors import ActionRefused, PageHung, TabClosed
@@ -66,16 +67,13 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         self.episodes: dict[str, Episode] = {}
         self.inflight = 0
         # The network policy for pages (None: off); a bad entry fails the worker at start.
-        cfg.net_exempt = list(dict.fromkeys([*cfg.net_exempt, *engine_sites()]))  # sites served in-process
-        self.netpolicy = (NetPolicy(allow_private_network=cfg.allow_private_network, allow=cfg.net_allow,
-                                    deny=cfg.net_deny, exempt=cfg.net_exempt) if cfg.net_policy else None)
+        cfg.net = with_engine_sites(cfg.net)  # sites served in-process
+        self.netpolicy = NetPolicy.of(cfg.net)
         if cfg.proxies and self.netpolicy is None:
             raise ValueError("upstream proxies go through the network policy's proxy: they need net_policy on")
         # Upstream proxies (a bad entry or a missing credential variable fails the worker at start).
         self.proxies = (ProxyPool(cfg.proxies, cooldown_s=cfg.proxy_cooldown_s, timeout_s=cfg.settle_timeout_s)
                         if cfg.proxies else None)
-        if cfg.consent not in CONSENT_MODES:
-            raise ValueError(f"consent must be one of {CONSENT_MODES}, not {cfg.consent!r}")
         if cfg.request_rules and self.netpolicy is None:
             raise ValueError("request rules are applied by the network policy's proxy: they need net_policy on")
         self.rules = RequestRules.from_files(cfg.request_rules) if cfg.request_rules else None
@@ -197,16 +195,14 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         """Take the engine's network policy (it arrives before any episode). The worker's own deny entries stay:
         an engine can widen nothing that the worker's operator denied. Bad entries keep the worker's own policy."""
         cfg = self.cfg
-        deny = list(dict.fromkeys([*cfg.net_deny, *net.deny]))
+        net = msgspec.structs.replace(net, deny=list(dict.fromkeys([*cfg.net.deny, *net.deny])))
         try:
-            policy = (NetPolicy(allow_private_network=net.allow_private_network, allow=net.allow, deny=deny,
-                                exempt=net.exempt) if net.enabled else None)
+            policy = NetPolicy.of(net)
         except ValueError as exc:
             log_line(f"worker {cfg.worker_id}: the engine's network policy is invalid ({exc}); keeping this "
                      "worker's own")
             return
-        cfg.net_policy, cfg.allow_private_network = net.enabled, net.allow_private_network
-        cfg.net_allow, cfg.net_deny, cfg.net_exempt, cfg.net_hosts = net.allow, deny, net.exempt, net.hosts
+        cfg.net = net
         self.netpolicy = policy
 
     async def _send(self, msg: P.Message) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -17,12 +18,19 @@ import click
 from rich.console import Console
 
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
-from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
+from browserpool.config import WorkerConfig
 from browserpool.consent import CONSENT_MODES
 from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
-from cli.options import check_net_policy, check_sockets, default_of, net_policy_options, worker_socket_options
+from cli.options import (
+    check_sockets,
+    default_of,
+    field_default,
+    net_policy_options,
+    net_settings,
+    worker_socket_options,
+)
 from cli.progress import show_progress, summary_table
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
@@ -44,7 +52,6 @@ from engine.store.run_dir import StoreFailed
 from engine.store.runlock import RunDirBusy, lock_run_dir
 from engine.tasks.miniwob import is_miniwob_spec, miniwob_mount
 from engine.tasks.schema import BUNDLED_TASKS, SITES_PLACEHOLDER, Task, TaskFileError
-from engine.web.domains import DEFAULT_DOMAIN_LIMIT, DEFAULT_DOMAIN_RATE
 from policy.registry import POLICY_NAMES, BackendConfig, make_judge, make_policy
 from train.cli import export as export_cmd
 from train.cli import train_loop as train_loop_cmd
@@ -52,6 +59,8 @@ from train.cli import train_model as train_model_cmd
 from tui.cli import monitor, run_with_tui
 from viewer.cli import view as view_cmd
 
+run_default = functools.partial(field_default, "run")
+worker_default = functools.partial(field_default, "worker")
 T = TypeVar("T")
 
 
@@ -82,11 +91,11 @@ def main() -> None:
               help="Task file (WebGym schema, JSONL or JSON), or 'miniwob' / 'miniwob:click-button,...' for "
                    "MiniWoB++ tasks.")
 @click.option("--policy", type=click.Choice(POLICY_NAMES), default="scripted", show_default=True)
-@click.option("--concurrency", type=click.IntRange(1), default=32, show_default=True,
+@click.option("--concurrency", type=click.IntRange(1), default=run_default("concurrency"), show_default=True,
               help="Rollouts in flight at once.")
-@click.option("--workers", type=click.IntRange(1), default=max(1, os.cpu_count() or 1), show_default=True,
+@click.option("--workers", type=click.IntRange(1), default=run_default("workers"), show_default=True,
               help="Browser worker processes (one Chromium each).")
-@click.option("--mode", type=click.Choice(MODES), default=default_of(RunConfig, "mode"), show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default=run_default("mode"), show_default=True,
               help="sync: the naive lock-step baseline, for benchmarks only.")
 @click.option("--order", type=click.Choice([o.replace("_", "-") for o in ORDERS]),
               default=default_of(RunConfig, "order").replace("_", "-"), show_default=True,
@@ -94,31 +103,32 @@ def main() -> None:
                    "alone at the end), or the task file's. --mode sync always takes the file's.")
 @click.option("--episodes", type=click.IntRange(1), default=None,
               help="Episodes to run (cycles over the tasks); default: each task once.")
-@click.option("--output", "output_dir", default="runs", show_default=True, help="Where run directories go.")
+@click.option("--output", "output_dir", default=run_default("output_dir"), show_default=True,
+              help="Where run directories go.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               help="Continue a run directory: tasks that have a record are skipped.")
 @click.option("--summary-json", type=click.Path(dir_okay=False), default=None,
               help="Also write the summary as JSON here.")
-@click.option("--retry-lost", type=click.IntRange(0), default=1, show_default=True,
+@click.option("--retry-lost", type=click.IntRange(0), default=run_default("retry_lost"), show_default=True,
               help="Restarts of an episode whose browser worker died.")
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
               help="Step caps by difficulty: train 10/20/30, test 30/50/70.")
 @click.option("--step-caps", type=str, default=None, metavar="EASY,MEDIUM,HARD",
               help="Steps allowed per difficulty in this run, instead of the split's (e.g. 5,10,15).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--chromium", default=DEFAULT_CHROMIUM, show_default=True, help="Chromium executable.")
-@click.option("--jpeg-quality", type=click.IntRange(1, 100), default=80, show_default=True)
-@click.option("--settle-timeout", type=float, default=10.0, show_default=True,
+@click.option("--seed", type=int, default=run_default("seed"), show_default=True)
+@click.option("--chromium", default=run_default("chromium"), show_default=True, help="Chromium executable.")
+@click.option("--jpeg-quality", type=click.IntRange(1, 100), default=run_default("jpeg_quality"), show_default=True)
+@click.option("--settle-timeout", type=float, default=run_default("settle_timeout"), show_default=True,
               help="Hard cap (s) on one action plus waiting for the page to settle.")
 @worker_socket_options
-@click.option("--telemetry", default="ipc", show_default=True,
+@click.option("--telemetry", default=run_default("telemetry"), show_default=True,
               help="Live telemetry for `webgym-engine monitor`: ipc (a socket in the run directory), "
                    "tcp://HOST:PORT (port * = any free one), or off.")
 @click.option("--tui", is_flag=True, help="Show the live monitor in this terminal (q closes it; the run goes on).")
 # --- model backends (--policy openai | hf | vllm | simulated) ---
 @click.option("--model", default=None, help="openai: the served model name; hf/vllm: a local model directory.")
 @click.option("--base-url", default=None, help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1.")
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+@click.option("--api-key-env", default=run_default("api_key_env"), show_default=True,
               help="openai: environment variable that holds the API key.")
 @click.option("--image-transport", type=click.Choice(["data_url", "file_url"]), default="data_url",
               show_default=True, help="openai: send screenshots inline, or as file URLs of the run directory.")
@@ -127,64 +137,70 @@ def main() -> None:
 @click.option("--logprobs-of", type=click.Choice(["model", "temperature", "sampler"]), default=None,
               help="openai: what the server's log-probabilities are of: model (vLLM's default raw_logprobs), "
                    "temperature (SGLang's default), sampler (after truncation). Unset: unknown, and GRPO refuses them.")
-@click.option("--request-timeout", type=float, default=120.0, show_default=True, help="openai: seconds per request.")
-@click.option("--device", default="auto", show_default=True, help="hf: cpu, cuda or auto.")
-@click.option("--max-batch", type=click.IntRange(1), default=16, show_default=True,
+@click.option("--request-timeout", type=float, default=run_default("request_timeout"), show_default=True,
+              help="openai: seconds per request.")
+@click.option("--device", default=run_default("device"), show_default=True, help="hf: cpu, cuda or auto.")
+@click.option("--max-batch", type=click.IntRange(1), default=run_default("max_batch"), show_default=True,
               help="hf: requests batched into one generate call.")
-@click.option("--policy-concurrency", type=click.IntRange(1), default=128, show_default=True,
+@click.option("--policy-concurrency", type=click.IntRange(1), default=run_default("policy_concurrency"),
+              show_default=True,
               help="Cap on policy calls in flight.")
-@click.option("--sim-speed", type=float, default=1.0, show_default=True,
+@click.option("--sim-speed", type=float, default=run_default("sim_speed"), show_default=True,
               help="simulated: divide the latency model's durations by this.")
 # --- agent protocol ---
-@click.option("--interaction", type=click.Choice(INTERACTIONS), default=default_of(AgentConfig, "interaction"),
+@click.option("--interaction", type=click.Choice(INTERACTIONS), default=run_default("interaction"),
               show_default=True,
               help="coordinates: screenshot only; som: numbered boxes on the screenshot plus an element list.")
-@click.option("--coords", type=click.Choice(COORD_SYSTEMS), default=default_of(AgentConfig, "coords"),
+@click.option("--coords", type=click.Choice(COORD_SYSTEMS), default=run_default("coords"),
               show_default=True,
               help="grid: 0..1000 (Qwen3-VL); pixels: the smart_resize'd image (Qwen2.5-VL, UI-TARS).")
 @click.option("--response-format", type=click.Choice(RESPONSE_FORMATS),
-              default=default_of(AgentConfig, "response_format"), show_default=True)
-@click.option("--action-format", type=click.Choice(ACTION_FORMATS), default=default_of(AgentConfig, "action_format"),
+              default=run_default("response_format"), show_default=True)
+@click.option("--action-format", type=click.Choice(ACTION_FORMATS), default=run_default("action_format"),
               show_default=True,
               help="The grammar of the model's replies: qwen (computer_use tool calls: Qwen2/2.5/3-VL), uitars "
                    "(Action: click(start_box=...)), pyautogui (pyautogui code, parsed and never run).")
-@click.option("--context-window", type=click.IntRange(0), default=4, show_default=True,
+@click.option("--context-window", type=click.IntRange(0), default=run_default("context_window"), show_default=True,
               help="Past rounds kept as full messages; older ones become one-line summaries.")
 @click.option("--prompt-template", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Override prompt templates: a text file (the system prompt) or a JSON object of templates.")
-@click.option("--temperature", type=float, default=1.0, show_default=True)
-@click.option("--top-p", type=float, default=0.99, show_default=True)
+@click.option("--temperature", type=float, default=run_default("temperature"), show_default=True)
+@click.option("--top-p", type=float, default=run_default("top_p"), show_default=True)
 @click.option("--top-k", type=int, default=None)
-@click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1), default=run_default("max_tokens"), show_default=True)
 # --- rewards ---
-@click.option("--reward", type=click.Choice(REWARD_MODES), default=default_of(RunConfig, "reward"), show_default=True,
+@click.option("--reward", type=click.Choice(REWARD_MODES), default=run_default("reward"), show_default=True,
               help="auto: the task's own checks (or the page's reward), else the judge when one is set.")
 @click.option("--judge-base-url", default=None, help="The judge's OpenAI-compatible API root.")
-@click.option("--judge-model", default="", help="The judge's served model name.")
-@click.option("--judge-concurrency", type=click.IntRange(1), default=16, show_default=True,
+@click.option("--judge-model", default=run_default("judge_model"), help="The judge's served model name.")
+@click.option("--judge-concurrency", type=click.IntRange(1), default=run_default("judge_concurrency"),
+              show_default=True,
               help="Judge calls in flight.")
 @click.option("--stragglers", is_flag=True,
               help="Cut the last episodes: once --straggler-fraction of the run has finished, the rest get "
                    "--straggler-grace seconds, then end with an error record that says so.")
 @click.option("--straggler-fraction", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True)
-@click.option("--straggler-grace", type=click.FloatRange(0), default=30.0, show_default=True,
+@click.option("--straggler-grace", type=click.FloatRange(0), default=run_default("straggler_grace"), show_default=True,
               help="Seconds.")
 # --- resource bounds ---
-@click.option("--episode-timeout", type=click.FloatRange(0), default=900.0, show_default=True,
+@click.option("--episode-timeout", type=click.FloatRange(0), default=run_default("episode_timeout"), show_default=True,
               help="Wall-clock cap (s) of one episode, retries included; past it the episode ends with an error "
                    "record of kind episode_timeout. 0: no cap.")
-@click.option("--policy-step-timeout", type=click.FloatRange(0), default=300.0, show_default=True,
+@click.option("--policy-step-timeout", type=click.FloatRange(0), default=run_default("policy_step_timeout"),
+              show_default=True,
               help="Cap (s) on one policy call, the backend's retries included; past it the episode ends with an "
                    "error record of kind policy_timeout. 0: no cap.")
-@click.option("--context-memory-mib", type=click.IntRange(0), default=512, show_default=True,
+@click.option("--context-memory-mib", type=click.IntRange(0), default=run_default("context_memory_mib"),
+              show_default=True,
               help="A browser context whose page's JS heap is above this when its episode ends is discarded, not "
                    "reused. 0: off.")
-@click.option("--browser-memory-mib", type=click.IntRange(0), default=8192, show_default=True,
+@click.option("--browser-memory-mib", type=click.IntRange(0), default=run_default("browser_memory_mib"),
+              show_default=True,
               help="A browser whose process tree (PSS) is above this is recycled between episodes. 0: off.")
 # --- websites ---
-@click.option("--domain-limit", type=click.IntRange(0), default=DEFAULT_DOMAIN_LIMIT, show_default=True,
+@click.option("--domain-limit", type=click.IntRange(0), default=run_default("domain_limit"), show_default=True,
               help="Episodes at once on one website (host name); the engine's own sites have no cap. 0: no cap.")
-@click.option("--domain-rate", type=click.FloatRange(0), default=DEFAULT_DOMAIN_RATE, show_default=True,
+@click.option("--domain-rate", type=click.FloatRange(0), default=run_default("domain_rate"), show_default=True,
               help="Actions (page loads, clicks, typing) per second sent to one website's pages, in bursts of at "
                    "most that many; the engine's own sites have no cap. 0: no cap.")
 @click.option("--blocklist", "blocklist_path", type=click.Path(dir_okay=False), default=None,
@@ -198,7 +214,7 @@ def main() -> None:
               help="A file of proxy URLs, one per line (# comments), as --proxy.")
 @click.option("--user-agent", default=None,
               help="The browsers' User-Agent (default: headless Chromium's own; docs/open-web.md).")
-@click.option("--consent", type=click.Choice(CONSENT_MODES), default=default_of(WorkerConfig, "consent"),
+@click.option("--consent", type=click.Choice(CONSENT_MODES), default=run_default("consent"),
               show_default=True,
               help="Answer a standard consent manager's cookie wall before the first screenshot (recorded in the "
                    "episode's open_events). Off: the model sees the wall as a person would.")
@@ -228,7 +244,8 @@ def run_cmd(**opts: Any) -> None:
         raise click.ClickException(str(exc)) from None
     if o.resume_dir and not Path(o.resume_dir, "episodes.jsonl").exists():
         raise click.ClickException(f"{o.resume_dir} is not a run directory (no episodes.jsonl)")
-    check_net_policy(o.allow_private_network, o.net_allow, o.net_deny)
+    net = net_settings(net_policy=o.net_policy, allow_private_network=o.allow_private_network, net_allow=o.net_allow,
+                       net_deny=o.net_deny)
     proxies = _proxy_list(o.proxies, o.proxy_file)
     try:
         cfg = RunConfig(
@@ -241,9 +258,7 @@ def run_cmd(**opts: Any) -> None:
             policy_concurrency=o.policy_concurrency,
             worker=WorkerConfig(endpoint="", chromium_path=o.chromium, jpeg_quality=o.jpeg_quality,
                                 settle_timeout_s=o.settle_timeout, context_memory_mib=o.context_memory_mib,
-                                browser_memory_mib=o.browser_memory_mib, net_policy=o.net_policy,
-                                allow_private_network=o.allow_private_network, net_allow=list(o.net_allow),
-                                net_deny=list(o.net_deny), proxies=proxies,
+                                browser_memory_mib=o.browser_memory_mib, net=net, proxies=proxies,
                                 request_rules=[str(Path(r).resolve()) for r in o.request_rules],
                                 user_agent=o.user_agent, consent=o.consent),
             reward=o.reward, secret_env=tuple(dict.fromkeys(["OPENAI_API_KEY", o.api_key_env])),
@@ -426,7 +441,7 @@ def judge_cmd(run_dir: Path, judge_base_url: str, judge_model: str, judge_all: b
 @main.command("worker")
 @click.option("--connect", required=True, help="The engine's worker endpoint (tcp://HOST:PORT or ipc://PATH).")
 @click.option("--worker-id", default=None, help="Name shown in the engine (default: host-pid).")
-@click.option("--chromium", default=DEFAULT_CHROMIUM, show_default=True)
+@click.option("--chromium", default=worker_default("chromium"), show_default=True)
 @click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None,
               help="CURVE: the engine's public key file (its NAME.key).")
 @click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -444,8 +459,7 @@ def worker_cmd(connect: str, worker_id: str | None, chromium: str, server_key: s
 
     from browserpool.worker import main as worker_main
     args = ["--connect", connect, "--worker-id", worker_id or f"{socket.gethostname()}-{os.getpid()}"]
-    check_net_policy(False, (), net_deny)
-    cfg = WorkerConfig(endpoint=connect, chromium_path=chromium, net_deny=list(net_deny))
+    cfg = WorkerConfig(endpoint=connect, chromium_path=chromium, net=net_settings(net_deny=net_deny))
     args += ["--config", cfg.to_json()]
     args += ["--server-key", server_key] if server_key else []
     args += ["--key", key] if key else []

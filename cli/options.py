@@ -4,24 +4,99 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
+import msgspec
 from rich.console import Console
 
 from browserpool.auth import KeyFileError, warn_insecure
+from browserpool.config import WorkerConfig
+from browserpool.protocol import NetSettings
+from engine.agent.model_api import SamplingParams
+from engine.agent.prompts import AgentConfig
 from engine.core.builders import server_keys
 from engine.core.config import RunConfig
+from engine.rewards.judge import JudgeConfig
+from policy.registry import BackendConfig
+from server.app import ServerConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def default_of(cls: type, name: str) -> Any:
-    """The default of a config dataclass's field: the one place it is written (an option shows it)."""
+    """The default of a config dataclass's (or msgspec struct's) field: the one place it is written (an option
+    shows it)."""
+    if issubclass(cls, msgspec.Struct):
+        for info in msgspec.structs.fields(cls):
+            if info.name == name and info.default is not msgspec.NODEFAULT:
+                return info.default
+        raise LookupError(f"{cls.__name__}.{name} has no plain default")
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} is not a config (a dataclass or a msgspec struct)")
     for f in dataclasses.fields(cls):
         if f.name == name and f.default is not dataclasses.MISSING:
             return f.default
     raise LookupError(f"{cls.__name__}.{name} has no plain default")
+
+
+Command = Literal["run", "serve", "worker"]
+
+# The config field each command-line option sets, by command: the option takes its default from the field, where
+# it is written once. tests/test_cli_defaults.py holds every option of these commands to this table (an option with
+# a default of its own is listed there with the reason).
+_BROWSER: dict[str, tuple[type, str]] = {
+    "chromium": (WorkerConfig, "chromium_path"), "jpeg_quality": (WorkerConfig, "jpeg_quality"),
+    "settle_timeout": (WorkerConfig, "settle_timeout_s"),
+}
+_ENGINE: dict[str, tuple[type, str]] = {
+    **_BROWSER, "workers": (RunConfig, "workers"), "output_dir": (RunConfig, "output_dir"),
+    "telemetry": (RunConfig, "telemetry"), "listen": (RunConfig, "listen"), "server_key": (RunConfig, "server_key"),
+    "allow_keys": (RunConfig, "allow_keys"), "insecure": (RunConfig, "insecure"),
+    "net_policy": (NetSettings, "enabled"), "allow_private_network": (NetSettings, "allow_private_network"),
+}
+OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
+    "run": {
+        **_ENGINE,
+        "tasks_path": (RunConfig, "tasks"), "concurrency": (RunConfig, "concurrency"), "mode": (RunConfig, "mode"),
+        "episodes": (RunConfig, "episodes"),
+        "resume_dir": (RunConfig, "run_dir"), "retry_lost": (RunConfig, "retry_lost"), "split": (RunConfig, "split"),
+        "seed": (RunConfig, "seed"), "policy_concurrency": (RunConfig, "policy_concurrency"),
+        "reward": (RunConfig, "reward"), "straggler_grace": (RunConfig, "straggler_grace_s"),
+        "episode_timeout": (RunConfig, "episode_timeout_s"),
+        "policy_step_timeout": (RunConfig, "policy_step_timeout_s"),
+        "domain_limit": (RunConfig, "domain_limit"), "domain_rate": (RunConfig, "domain_rate"),
+        "blocklist_path": (RunConfig, "blocklist"),
+        "context_memory_mib": (WorkerConfig, "context_memory_mib"),
+        "browser_memory_mib": (WorkerConfig, "browser_memory_mib"), "user_agent": (WorkerConfig, "user_agent"),
+        "consent": (WorkerConfig, "consent"),
+        "interaction": (AgentConfig, "interaction"), "coords": (AgentConfig, "coords"),
+        "response_format": (AgentConfig, "response_format"), "action_format": (AgentConfig, "action_format"),
+        "context_window": (AgentConfig, "window"), "prompt_template": (AgentConfig, "template_file"),
+        "temperature": (SamplingParams, "temperature"), "top_p": (SamplingParams, "top_p"),
+        "top_k": (SamplingParams, "top_k"), "max_tokens": (SamplingParams, "max_tokens"),
+        "model": (BackendConfig, "model"), "base_url": (BackendConfig, "base_url"),
+        "api_key_env": (BackendConfig, "api_key_env"), "image_transport": (BackendConfig, "image_transport"),
+        "logprobs_of": (BackendConfig, "logprobs_of"), "request_timeout": (BackendConfig, "timeout_s"),
+        "device": (BackendConfig, "device"), "max_batch": (BackendConfig, "max_batch"),
+        "sim_speed": (BackendConfig, "sim_speed"), "token_ids": (BackendConfig, "token_ids"),
+        "judge_base_url": (JudgeConfig, "base_url"), "judge_model": (JudgeConfig, "model"),
+        "judge_concurrency": (JudgeConfig, "concurrency"),
+    },
+    "serve": {
+        **_ENGINE,
+        "host": (ServerConfig, "host"), "port": (ServerConfig, "port"), "capacity": (ServerConfig, "capacity"),
+        "lifetime_max": (ServerConfig, "lifetime_max_mins"), "max_connections": (ServerConfig, "max_connections"),
+        "screenshot_format": (ServerConfig, "screenshot_format"),
+    },
+    "worker": {"chromium": (WorkerConfig, "chromium_path"), "insecure": (WorkerConfig, "insecure")},
+}
+
+
+def field_default(command: Command, option: str) -> Any:
+    """The default of ``command``'s ``--option``: its config field's (:data:`OPTION_FIELDS`)."""
+    cls, name = OPTION_FIELDS[command][option]
+    return default_of(cls, name)
 
 
 def _apply(f: F, options: list[Callable[[F], F]]) -> F:
@@ -61,20 +136,25 @@ def net_policy_options(f: F) -> F:
         click.option("--net-deny", multiple=True, metavar="ENTRY",
                      help="Refuse page loads from ENTRY (wins over --net-allow): a host (*.example.com: its "
                           "subdomains), HOST:PORT, an address, a CIDR or a URL pattern. Repeatable."),
-        click.option("--net-policy/--no-net-policy", default=True, show_default=True,
+        click.option("--net-policy/--no-net-policy", default=default_of(NetSettings, "enabled"), show_default=True,
                      help="The network policy for pages; off, pages may load from any address the machine "
                           "reaches."),
     ])
 
 
-def check_net_policy(allow_private_network: bool, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
-    """A bad --net-allow / --net-deny entry fails here, before anything starts."""
+def net_settings(*, net_policy: bool = True, allow_private_network: bool = False, net_allow: tuple[str, ...] = (),
+                 net_deny: tuple[str, ...] = ()) -> NetSettings:
+    """The network policy :func:`net_policy_options` give; a bad --net-allow / --net-deny entry fails here, before
+    anything starts (even with --no-net-policy: the entries are the user's, whether used or not)."""
     from browserpool.netpolicy import NetPolicy
 
+    net = NetSettings(enabled=net_policy, allow_private_network=allow_private_network, allow=list(net_allow),
+                      deny=list(net_deny))
     try:
-        NetPolicy(allow_private_network=allow_private_network, allow=allow, deny=deny)
+        NetPolicy.of(msgspec.structs.replace(net, enabled=True))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    return net
 
 
 def check_sockets(cfg: RunConfig, console: Console) -> None:

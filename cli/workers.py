@@ -17,7 +17,7 @@ import click
 from browserpool.auth import ClientKeys, KeyFileError, warn_insecure
 from browserpool.config import DEFAULT_CHROMIUM, WorkerConfig
 from cli.console_streams import keep_going_without_a_console
-from cli.options import check_net_policy
+from cli.options import net_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -65,7 +65,7 @@ def workers_cmd(use_ray: bool, address: str | None, connect: str, per_node: int,
         raise click.UsageError("say where the workers go: --ray (for Slurm or Kubernetes, run `webgym-engine "
                                "worker --connect ...` per node: docs/cluster.md)")
     curve = _curve_keys(connect, server_key, key, insecure)
-    check_net_policy(False, (), net_deny)
+    net = net_settings(net_deny=net_deny)
     from cli import ray_workers as rw
 
     try:
@@ -75,7 +75,7 @@ def workers_cmd(use_ray: bool, address: str | None, connect: str, per_node: int,
     except (ValueError, rw.RayUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     stop = _stop_on_signals()  # after ray.init, which installs a SIGTERM handler of its own
-    cfg = WorkerConfig(endpoint=connect, chromium_path=chromium, net_deny=list(net_deny), insecure=insecure)
+    cfg = WorkerConfig(endpoint=connect, chromium_path=chromium, net=net, insecure=insecure)
     workers = rw.RayWorkers(placement, cfg, curve, echo=lambda line: click.echo(_stamp(line), err=True))
     code = 0
     try:

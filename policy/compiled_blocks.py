@@ -16,12 +16,13 @@ has no graph break and is compiled whole, checkpointed or not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 from policy.vision_attention import vision_towers
 
 #: The settings: ``off``, ``vision`` (the vision tower's blocks), ``all`` (those and the language model's layers).
-COMPILE_MODES: tuple[str, ...] = ("off", "vision", "all")
+CompileMode = Literal["off", "vision", "all"]
+COMPILE_MODES: tuple[CompileMode, ...] = get_args(CompileMode)
 
 #: The graphs TorchDynamo may keep per code object once blocks are compiled (its default is 8).
 RECOMPILE_LIMIT = 64

@@ -16,12 +16,13 @@ imports nothing heavy: the attention itself lives in :mod:`policy.varlen_attenti
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal, get_args
 
 log = logging.getLogger(__name__)
 
 #: The settings: ``varlen`` (one call per block) or ``default`` (transformers' own per-chunk loop).
-VISION_ATTENTION_MODES: tuple[str, ...] = ("varlen", "default")
+VisionAttention = Literal["varlen", "default"]
+VISION_ATTENTION_MODES: tuple[VisionAttention, ...] = get_args(VisionAttention)
 
 #: The name the varlen attention is registered under. It must contain "flash": that is what makes transformers'
 #: Qwen-VL vision attention pass ``cu_seq_lens_q`` and make a single call.

@@ -16,12 +16,13 @@ transformers' forward. Other towers (Qwen2-VL's 5,120, Qwen3-VL's 4,304) are ali
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, Literal, get_args
 
 from policy.vision_attention import vision_towers
 
 #: The settings: ``aligned`` (padded to a multiple of :data:`ALIGN`) or ``default`` (transformers' forward).
-VISION_MLP_MODES: tuple[str, ...] = ("aligned", "default")
+VisionMlp = Literal["aligned", "default"]
+VISION_MLP_MODES: tuple[VisionMlp, ...] = get_args(VisionMlp)
 
 #: Elements of bf16/fp16 per 16 bytes: the alignment the GPU's fast matrix kernels need.
 ALIGN = 8

@@ -1,6 +1,6 @@
 """A local "open web" for tests: several websites on one loopback HTTP server, told apart by their host name.
 
-The browser workers map the names to 127.0.0.1 (``WorkerConfig.net_hosts``, used by the network proxy instead of
+The browser workers map the names to 127.0.0.1 (``WorkerConfig.net.hosts``, used by the network proxy instead of
 DNS), so a page at ``http://shop.test:PORT/`` is another site than ``http://news.test:PORT/`` for the engine's
 domain limits and blocklist, as live websites are. Hosts whose name says what they do:
 

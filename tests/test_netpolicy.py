@@ -36,7 +36,7 @@ from browserpool.netpolicy import (
     classify,
 )
 from browserpool.pool import BrowserPool, BrowserSession
-from browserpool.protocol import BrowserAction, Observation, PageEvent
+from browserpool.protocol import BrowserAction, NetSettings, Observation, PageEvent
 from browserpool.worker import BrowserWorker
 from tests.conftest import FIXTURES_DIR, inproc_pool, open_session, until
 
@@ -503,8 +503,8 @@ def fence() -> Iterator[Fence]:
 async def guarded(tmp_path_factory: pytest.TempPathFactory, helper: CountingServer, fence: Fence
                   ) -> AsyncIterator[tuple[BrowserWorker, BrowserPool]]:
     """A worker with the default policy, the helper server allowed and fake hosts mapped to loopback."""
-    cfg = WorkerConfig(endpoint="", worker_id="netpolicy", net_allow=[f"127.0.0.1:{helper.port}"],
-                       net_hosts={"intranet.test": "127.0.0.1", "helper.test": "127.0.0.1"})
+    cfg = WorkerConfig(endpoint="", worker_id="netpolicy", net=NetSettings(
+        allow=[f"127.0.0.1:{helper.port}"], hosts={"intranet.test": "127.0.0.1", "helper.test": "127.0.0.1"}))
     async with inproc_pool(f"ipc://{tmp_path_factory.mktemp('ipc')}/pool.sock", cfg) as wp:
         yield wp
     assert fence.outside == []  # no connection ever left loopback
@@ -672,7 +672,7 @@ async def test_allowed_loopback_servers_and_the_engine_sites_load(guarded: tuple
 
 async def test_allow_private_network_lets_a_loopback_server_through(
         tmp_path: Path, target: CountingServer, fence: Fence) -> None:
-    cfg = WorkerConfig(endpoint="", worker_id="private-ok", allow_private_network=True)
+    cfg = WorkerConfig(endpoint="", worker_id="private-ok", net=NetSettings(allow_private_network=True))
     async with inproc_pool(f"ipc://{tmp_path}/pool.sock", cfg) as (_, pool):
         before = target.connections
         async with open_session(pool, f"{target.base_url}/fixtures/click.html") as (s, obs, _f):
@@ -695,7 +695,7 @@ async def test_the_bundled_sites_work_with_the_policy_on(tmp_path: Path) -> None
     with SiteServer() as server:
         cfg = RunConfig(tasks=str(subset(tmp_path, per_site=1, max_len=4)), concurrency=4, workers=1,
                         output_dir=str(tmp_path / "runs"), telemetry=None)
-        assert cfg.worker.net_policy
+        assert cfg.worker.net.enabled
         stats, run_dir = await run(cfg, make_policy("scripted"), server.base_url)
     records = read_records(run_dir)
     assert len(records) == stats.total >= 4

@@ -20,7 +20,7 @@ import pytest_asyncio
 from browserpool.config import WorkerConfig
 from browserpool.page import DIALOG_STORM, POPUP_STORM
 from browserpool.pool import BrowserPool, BrowserSession
-from browserpool.protocol import BrowserAction, Observation, PageEvent
+from browserpool.protocol import BrowserAction, NetSettings, Observation, PageEvent
 from browserpool.worker import BrowserWorker
 from tests.conftest import inproc_pool, open_session, until
 from tests.test_netpolicy import CountingServer, Fence
@@ -45,8 +45,8 @@ def fence() -> Iterator[Fence]:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def inproc(tmp_path_factory: pytest.TempPathFactory, other: CountingServer, fence: Fence
                  ) -> AsyncIterator[tuple[BrowserWorker, BrowserPool]]:
-    cfg = WorkerConfig(endpoint="", worker_id="popups", net_allow=[f"127.0.0.1:{other.port}"],
-                       net_hosts={"other.test": "127.0.0.1"})
+    cfg = WorkerConfig(endpoint="", worker_id="popups", net=NetSettings(
+        allow=[f"127.0.0.1:{other.port}"], hosts={"other.test": "127.0.0.1"}))
     async with inproc_pool(f"ipc://{tmp_path_factory.mktemp('ipc')}/pool.sock", cfg) as wp:
         yield wp
     assert fence.outside == []

@@ -28,7 +28,7 @@ import zmq.asyncio
 from browserpool.auth import ClientKeys, KeyFileError, ServerKeys
 from browserpool.config import WorkerConfig
 from browserpool.pool import BrowserPool, PoolConfig, PoolError, WorkerLost
-from browserpool.protocol import HANDSHAKE_TIMEOUT_MS, BrowserAction
+from browserpool.protocol import HANDSHAKE_TIMEOUT_MS, BrowserAction, NetSettings
 from engine._imgcodec import jpeg_size
 from engine.telemetry.publisher import TelemetryPublisher
 from tests.conftest import until
@@ -260,7 +260,7 @@ def loopback_page() -> Iterator[str]:
 async def test_a_hand_started_worker_follows_the_engines_network_policy(loopback_page: str) -> None:
     """The engine's policy reaches a worker started by hand (Welcome): this engine allows private addresses,
     which the worker's own default policy refuses."""
-    worker = WorkerConfig(endpoint="", allow_private_network=True)
+    worker = WorkerConfig(endpoint="", net=NetSettings(allow_private_network=True))
     pool = BrowserPool(PoolConfig(workers=1, spawn=False, listen="tcp://127.0.0.1:0", insecure=True,
                                   worker=worker, start_timeout_s=60))
     starting = await started(pool)

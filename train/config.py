@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import json
 import math
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from browserpool.typed_config import ConfigError, check_choices, config_from
 from engine.agent.prompts import AgentConfig
-from policy.compiled_blocks import COMPILE_MODES
-from policy.vision_attention import VISION_ATTENTION_MODES
-from policy.vision_mlp import VISION_MLP_MODES
-from train.model_io import CHECKPOINT_VISION
+from policy.compiled_blocks import CompileMode
+from policy.vision_attention import VisionAttention
+from policy.vision_mlp import VisionMlp
+
+__all__ = ["ALGORITHMS", "NORMALISERS", "SCHEDULES", "Algorithm", "ConfigError", "Normaliser", "Schedule",
+           "TrainConfig"]
 
 Algorithm = Literal["fbc", "grpo"]
 Schedule = Literal["cosine", "constant"]  # both after the linear warm-up
@@ -44,10 +45,6 @@ Normaliser = Literal["1/k", "1/|tau|"]
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 NORMALISERS: tuple[Normaliser, ...] = get_args(Normaliser)
-
-
-class ConfigError(ValueError):
-    """A training configuration that cannot be used; the message names the file and the key."""
 
 
 @dataclass
@@ -74,17 +71,18 @@ class TrainConfig:
     # Sequence packing: each micro-batch as one row without padding, up to max_tokens tokens (train.packing)
     packing: bool = False
     max_grad_norm: float = 1.0  # 0 turns clipping off (the norm is still logged)
-    bf16: bool | str = "auto"  # "auto": bf16 autocast on CUDA devices that support it; True forces, False never
-    gradient_checkpointing: bool | str = False  # true | false | "vision" (the vision tower's blocks only)
+    # "auto": bf16 autocast on CUDA devices that support it; True forces, False never
+    bf16: bool | Literal["auto"] = "auto"
+    gradient_checkpointing: bool | Literal["vision"] = False  # true | false | "vision" (the vision tower's blocks only)
     device: str = "auto"  # auto (CUDA when available) | cpu | cuda | cuda:N; under torchrun: cuda:LOCAL_RANK or cpu
     cpu_threads: int | None = None  # torch.set_num_threads for CPU training (None: torch's default)
     attn_implementation: str | None = None  # passed to from_pretrained (None: transformers' default, SDPA)
     # The vision tower's attention: varlen (one call per block for all images/windows) | default (transformers')
-    vision_attention: str = "varlen"
+    vision_attention: VisionAttention = "varlen"
     # The vision MLP: aligned (Qwen2.5-VL's 3,420-wide MLP padded to 3,424 for the GPU's fast kernels) | default
-    vision_mlp: str = "aligned"
+    vision_mlp: VisionMlp = "aligned"
     # torch.compile of the repeated blocks: off | vision (the tower's blocks) | all (and the language model's layers)
-    compile_blocks: str = "off"
+    compile_blocks: CompileMode = "off"
     # Its torch.compile backend: inductor (generated kernels) | aot_eager or eager (the graphs without generated
     # kernels, to tell a compiler problem from a graph-capture one) | any other registered backend
     compile_backend: str = "inductor"
@@ -95,7 +93,8 @@ class TrainConfig:
     # Logging and checkpoints.
     log_every: int = 1  # steps between metrics lines
     save_every: int = 0  # steps between checkpoints (0: only the final one)
-    save_dtype: str = "auto"  # auto (bfloat16 when training in bf16, else float32) | bfloat16 | float32
+    # auto (bfloat16 when training in bf16, else float32) | bfloat16 | float32
+    save_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     progress: bool = True  # rich progress bar (rank 0)
     tensorboard: bool = True  # TensorBoard scalars when torch.utils.tensorboard imports
     plots: bool = True  # loss and reward curves as PNG (matplotlib)
@@ -115,10 +114,10 @@ class TrainConfig:
     iterations_back: int = 4
     # position (WebGym's): (position + 1) ** recency_bias_power over the chronological pool of eligible steps;
     # iteration: recency ** age per iteration (see train.algorithms.fbc_select).
-    recency_weighting: str = "position"
+    recency_weighting: Literal["position", "iteration"] = "position"
     recency_bias_power: float = 2.0
     recency: float = 0.5
-    loss_weight: str = "uniform"  # uniform | recency (see train.algorithms.chosen_selector)
+    loss_weight: Literal["uniform", "recency"] = "uniform"  # uniform | recency (see train.algorithms.chosen_selector)
 
     # Data.
     use_recorded_tokens: bool = True  # train on the generated token ids when recorded (else the reply text)
@@ -138,18 +137,7 @@ class TrainConfig:
             if not ok:
                 raise ConfigError(f"{key}: {what}, got {getattr(self, key)!r}")
 
-        need(self.algorithm in ALGORITHMS, "algorithm", f"must be one of {', '.join(ALGORITHMS)}")
-        need(self.schedule in SCHEDULES, "schedule", f"must be one of {', '.join(SCHEDULES)}")
-        need(self.normaliser in NORMALISERS, "normaliser", f"must be one of {', '.join(NORMALISERS)}")
-        need(self.loss_weight in ("uniform", "recency"), "loss_weight", "must be uniform or recency")
-        need(self.save_dtype in ("auto", "bfloat16", "float32"), "save_dtype", "must be auto, bfloat16 or float32")
-        need(self.bf16 in ("auto", True, False), "bf16", 'must be "auto", true or false')
-        need(self.gradient_checkpointing in (True, False, CHECKPOINT_VISION), "gradient_checkpointing",
-             'must be true, false or "vision" (the vision tower only)')
-        need(self.vision_attention in VISION_ATTENTION_MODES, "vision_attention",
-             f"must be one of {', '.join(VISION_ATTENTION_MODES)}")
-        need(self.vision_mlp in VISION_MLP_MODES, "vision_mlp", f"must be one of {', '.join(VISION_MLP_MODES)}")
-        need(self.compile_blocks in COMPILE_MODES, "compile_blocks", f"must be one of {', '.join(COMPILE_MODES)}")
+        check_choices(self)
         need(bool(self.compile_backend), "compile_backend", "must name a torch.compile backend")
         need(math.isfinite(self.lr) and self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
@@ -187,26 +175,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
         """A config from plain data; ``source`` names the origin in error messages."""
-        if not isinstance(data, dict):
-            raise ConfigError(f"{source}: expected a table of settings, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
-        known = {f.name: f for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in known:
-                close = [k for k in known if k.replace("_", "") == key.replace("_", "").replace("-", "")]
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"{source}: unknown key {key!r}{hint}; known keys: {', '.join(sorted(known))}")
-            if key == "agent":
-                kwargs[key] = _agent(value, source)
-                continue
-            kwargs[key] = _coerce(value, hints[key], f"{source}: {key}")
-        if not kwargs.get("model_dir"):
+        if isinstance(data, dict) and not data.get("model_dir"):
             raise ConfigError(f"{source}: model_dir is required (the policy's Hugging Face model directory)")
-        try:
-            return cls(**kwargs)
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
+        return config_from(cls, data, source, strict=False)
 
     @classmethod
     def load(cls, path: str | Path, **overrides: Any) -> TrainConfig:
@@ -237,79 +208,4 @@ class TrainConfig:
         if isinstance(data, dict):
             data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         return cls.from_dict(data, str(p))
-
-
-def _agent(value: Any, source: str) -> AgentConfig:
-    if isinstance(value, AgentConfig):
-        return value
-    if not isinstance(value, dict):
-        raise ConfigError(f"{source}: agent: expected a table ([agent]), got {type(value).__name__}")
-    known = {f.name for f in fields(AgentConfig)}
-    for key in value:
-        if key not in known:
-            raise ConfigError(f"{source}: agent: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
-    try:
-        return AgentConfig(**value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: agent: {exc}") from None
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` as the field's type, or ConfigError. TOML has no null: ``false`` switches optional caps off."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        optional = type(None) in args
-        rest = [a for a in args if a is not type(None)]
-        if value is None and optional:
-            return None
-        if value is False and optional and bool not in rest:
-            return None  # e.g. dual_clip = false
-        errors = []
-        for a in rest:
-            try:
-                return _coerce(value, a, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{where}: expected {' or '.join(_name(a) for a in rest)}"
-                          f"{' (or false for none)' if optional else ''}, got {value!r}")
-    if origin is typing.Literal:
-        if value not in args:
-            raise ConfigError(f"{where}: must be one of {', '.join(map(str, args))}, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(f"{where}: expected a list of {len(args)} numbers, got {value!r}")
-        return tuple(_coerce(v, a, where) for v, a in zip(value, args, strict=True))
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            # YAML 1.1 reads 1e-6 as a string: accept numeric strings.
-            if isinstance(value, str):
-                try:
-                    return float(value)
-                except ValueError:
-                    pass
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    if hint is type(None):
-        if value is not None:
-            raise ConfigError(f"{where}: expected nothing, got {value!r}")
-        return None
-    raise ConfigError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
-
-
-def _name(hint: Any) -> str:
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
 

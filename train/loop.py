@@ -147,7 +147,7 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
                            batch_groups=cfg.batch_groups or len(tasks),
                            staleness=cfg.staleness if cfg.mode == "async" else 0,
                            max_groups=cfg.iterations * (cfg.batch_groups or len(tasks)), seed=cfg.train.seed,
-                           on_infra=cfg.on_infra)  # type: ignore[arg-type]
+                           on_infra=cfg.on_infra)
         version, model_dir = 0, cfg.train.model_dir
         trainer: Trainer | None = None
         history: list[tuple[Path, list[EpisodeRecord]]] = []

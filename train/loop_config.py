@@ -3,25 +3,24 @@ trainer's (:class:`train.config.TrainConfig`) in ``[train]``."""
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from engine.agent.model_api import LOGPROBS_KINDS
+from browserpool.typed_config import check_choices, config_from
+from engine.agent.model_api import LogprobsKind
 from engine.episode.context import RewardMode
 from engine.tasks.schema import StepCaps
 from policy.weight_sync import PushMode
 from train.behaviour import REMEDY, untruncated_at_one
 from train.config import ConfigError, TrainConfig
-from train.rollout_pool import INFRA_ACTIONS
+from train.rollout_pool import InfraAction
 
 PolicyName = Literal["hf", "vllm", "sglang", "stand_in"]
 POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
 SERVED = ("vllm", "sglang")  # the policies whose servers the config names
 LoopMode = Literal["sync", "async"]
-MODES: tuple[LoopMode, ...] = get_args(LoopMode)
 
 
 @dataclass
@@ -43,7 +42,8 @@ class LoopConfig:
     servers: list[str] = field(default_factory=list)  # API roots of the policy servers, e.g. http://h:8000/v1
     served_model: str = ""  # the name the servers serve the policy under (default: train.model_dir)
     push_mode: PushMode = "abort"  # requests in flight during a push: "abort" (sent again) | "wait" (finish on old)
-    logprobs_of: str = ""  # what the servers' log-probs are of; default: vllm "model", sglang "temperature"
+    # What the servers' log-probs are of (engine.agent.model_api); "": vllm "model", sglang "temperature".
+    logprobs_of: LogprobsKind | Literal[""] = ""
     device: str = "auto"  # where the in-process rollout model runs
     max_batch: int = 16
     temperature: float = 1.0
@@ -53,7 +53,7 @@ class LoopConfig:
     # A member of a group that ends without the task's verdict (an error, a lost worker, a straggler, a judge
     # without a verdict): "rerun" it on the same task, so the group keeps its size, or "drop" the group
     # (train.rollout_pool). Blocked and unrewarded members always drop their group: a rerun cannot help.
-    on_infra: str = "rerun"
+    on_infra: InfraAction = "rerun"
     # Step caps (easy, medium, hard) of the rollouts, the original's train caps (10, 20, 30) when not set:
     # shorter episodes for quick iterations.
     step_caps: tuple[int, int, int] | None = None
@@ -77,43 +77,32 @@ class LoopConfig:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{p}: {exc}") from None
-        train = data.pop("train", None)
-        if not isinstance(train, dict):
+        if not isinstance(data.get("train"), dict):
             raise ConfigError(f"{p}: a [train] table is required (the trainer's configuration)")
-        known = {f.name for f in dataclasses.fields(cls)} - {"train"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
-        try:
-            cfg = cls(train=TrainConfig.from_dict(train, f"{p} [train]"), **data)
-        except TypeError as exc:
-            raise ConfigError(f"{p}: {exc}") from None
+        if not data["train"].get("model_dir"):
+            raise ConfigError(f"{p}: train.model_dir is required (the policy's Hugging Face model directory)")
+        cfg = config_from(cls, data, str(p), strict=False)
         cfg.validate(str(p))
         return cfg
 
+    def __post_init__(self) -> None:
+        check_choices(self)
+
     def validate(self, source: str = "config") -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"{source}: mode must be one of {MODES}, not {self.mode!r}")
+        """Raise :class:`ConfigError` for settings the loop cannot run with (the choices, and how they combine)."""
+        check_choices(self, source)
         if not self.tasks:
             raise ConfigError(f"{source}: 'tasks' (a task file or miniwob[:names]) is required")
         if self.iterations < 1 or self.samples_per_task < 1 or self.staleness < 0 or self.batch_groups < 0:
             raise ConfigError(f"{source}: iterations and samples_per_task must be >= 1, staleness and "
                               "batch_groups >= 0")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"{source}: policy must be one of {POLICIES}, not {self.policy!r}")
         if self.policy in SERVED and not self.servers:
             raise ConfigError(f"{source}: policy = {self.policy!r} needs servers = [\"http://HOST:PORT/v1\", ...]")
-        if self.push_mode not in ("abort", "wait"):
-            raise ConfigError(f"{source}: push_mode must be 'abort' or 'wait', not {self.push_mode!r}")
-        if self.logprobs_of and self.logprobs_of not in LOGPROBS_KINDS:
-            raise ConfigError(f"{source}: logprobs_of must be one of {LOGPROBS_KINDS}, not {self.logprobs_of!r}")
         sampling = {"temperature": self.temperature, "top_p": self.top_p}
         if self.train.algorithm == "grpo" and self.logprobs_of == "sampler" and not untruncated_at_one(sampling):
             raise ConfigError(f"{source}: GRPO cannot use the servers' log-probs of the sampler at temperature "
                               f"{self.temperature:g} / top_p {self.top_p:g} (the trainer cannot reproduce them): "
                               f"{REMEDY}")
-        if self.on_infra not in INFRA_ACTIONS:
-            raise ConfigError(f"{source}: on_infra must be one of {INFRA_ACTIONS}, not {self.on_infra!r}")
         if self.eval_samples < 1 or self.eval_temperature < 0:
             raise ConfigError(f"{source}: eval_samples must be >= 1 and eval_temperature >= 0")
         if self.step_caps is not None:

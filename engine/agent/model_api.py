@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 
 @dataclass(slots=True)
@@ -55,7 +55,8 @@ class ChatRequest:
 #:   the trainer can reproduce it only when ``T`` is 1 and there was no top-k or top-p.
 #:
 #: ``None`` (the backend does not say) is not one of them: such log-probs cannot be compared with the trainer's.
-LOGPROBS_KINDS: tuple[str, ...] = ("model", "temperature", "sampler")
+LogprobsKind = Literal["model", "temperature", "sampler"]
+LOGPROBS_KINDS: tuple[LogprobsKind, ...] = get_args(LogprobsKind)
 
 #: The kinds the trainer reproduces whatever the sampling settings (with ``T`` known for ``"temperature"``).
 COMPARABLE_LOGPROBS: tuple[str, ...] = ("model", "temperature")

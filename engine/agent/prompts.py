@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from browserpool.typed_config import check_choices
 from engine import json_input
 
 Interaction = Literal["coordinates", "som"]
@@ -227,14 +228,7 @@ class AgentConfig:
     max_pixels: int | None = None
 
     def __post_init__(self) -> None:
-        if self.interaction not in INTERACTIONS:
-            raise ValueError(f"interaction must be one of {INTERACTIONS}, not {self.interaction!r}")
-        if self.response_format not in RESPONSE_FORMATS:
-            raise ValueError(f"response format must be one of {RESPONSE_FORMATS}, not {self.response_format!r}")
-        if self.coords not in COORD_SYSTEMS:
-            raise ValueError(f"coords must be one of {COORD_SYSTEMS}, not {self.coords!r}")
-        if self.action_format not in ACTION_FORMATS:
-            raise ValueError(f"action format must be one of {ACTION_FORMATS}, not {self.action_format!r}")
+        check_choices(self)
         if self.som and self.action_format != "qwen":
             raise ValueError(f"Set-of-Marks needs the qwen action format: {self.action_format} has no element ids")
         if self.window < 0:

@@ -38,7 +38,7 @@ from engine.agent.prompts import AgentConfig
 from engine.agent.protocol import AgentProtocol
 from engine.core.core import EngineCore
 from engine.episode.rollout import Rollout
-from engine.store.records import EpisodeRecord, RecordError, reward_value
+from engine.store.records import EpisodeRecord, RecordError, RecordErrorKind, reward_value
 from engine.tasks.schema import Task
 
 Observation = dict[str, Any]
@@ -297,4 +297,5 @@ class AsyncWebEnv:
         job.cancel()  # the rollout releases its browser and writes nothing ...
         with contextlib.suppress(asyncio.CancelledError):
             await job
-        self.record = await rollout.end_with_error("abandoned", reason)  # ... so the env writes its one record
+        # ... so the env writes its one record
+        self.record = await rollout.end_with_error(RecordErrorKind.ABANDONED, reason)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from browserpool.config import WorkerConfig
-from engine.episode.context import MODES, REWARD_MODES, Mode, RewardMode, RolloutSettings
+from browserpool.typed_config import check_choices
+from engine.episode.context import Mode, RewardMode, RolloutSettings
 from engine.tasks.schema import BUNDLED_TASKS, StepCaps
 from engine.web.blocklist import DEFAULT_TTL_S
 from engine.web.bounds import PageLimits
@@ -99,12 +100,7 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 setattr(self, name, None)  # 0 or less: no cap
-        if self.mode not in MODES:
-            raise ValueError(f"RunConfig.mode must be one of {MODES}, not {self.mode!r}")
-        if self.order not in ORDERS:
-            raise ValueError(f"RunConfig.order must be one of {ORDERS}, not {self.order!r}")
-        if self.reward not in REWARD_MODES:
-            raise ValueError(f"RunConfig.reward must be one of {REWARD_MODES}, not {self.reward!r}")
+        check_choices(self, "RunConfig")
         if self.domain_limit < 0 or self.domain_rate < 0 or self.blocklist_ttl_s <= 0:
             raise ValueError("RunConfig.domain_limit and domain_rate must be >= 0 and blocklist_ttl_s > 0")
         self.run_step_caps()  # validates them

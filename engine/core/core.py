@@ -42,7 +42,7 @@ from engine.episode.status import EpisodeStatus
 from engine.rewards.judge import RubricJudge
 from engine.rewards.judge_queue import JudgeQueue
 from engine.sites.server import SiteServer
-from engine.store.records import EpisodeRecord, Judgement
+from engine.store.records import EpisodeRecord, Judgement, RecordErrorKind
 from engine.store.run_dir import RunStore, StoreFailed, episode_key, merge_judgement
 from engine.store.stats import RunStats
 from engine.tasks.schema import Task
@@ -360,7 +360,7 @@ class EngineCore:
                 return job.result()  # the record, or StoreFailed: the run directory could not be written
             if not rollout.cut_requested:  # the core is closing: no record, so that a resume reruns it
                 raise asyncio.CancelledError
-            await rollout.end_with_error("straggler", straggler_reason(self.cfg))
+            await rollout.end_with_error(RecordErrorKind.STRAGGLER, straggler_reason(self.cfg))
         assert rollout.record is not None
         return rollout.record
 
@@ -405,7 +405,7 @@ class EngineCore:
             return
         try:
             if rollout.cut_requested:
-                await rollout.end_with_error("straggler", straggler_reason(self.cfg))
+                await rollout.end_with_error(RecordErrorKind.STRAGGLER, straggler_reason(self.cfg))
             elif not await self.guard.skipped_as_blocked(rollout) and await self._policy_started(rollout):
                 await self.run_episode(rollout, self.hooks.redelivery(rollout))
                 self.guard.note_block(rollout)
@@ -424,7 +424,7 @@ class EngineCore:
         traceback)."""
         log.exception("episode %s: an error of the engine's own", rollout.episode_id)
         if rollout.record is None:
-            await rollout.end_with_error("internal", f"{type(exc).__name__}: {exc}")
+            await rollout.end_with_error(RecordErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
 
     async def _policy_started(self, rollout: Rollout) -> bool:
         """Start the rollout's policy; a policy that cannot start ends its episodes (error records), not the
@@ -432,7 +432,7 @@ class EngineCore:
         try:
             await self.start_policy(rollout.ctx.policy)
         except Exception as exc:  # noqa: BLE001 - any failure of a policy's start
-            await rollout.end_with_error("policy", f"the policy did not start: {exc}")
+            await rollout.end_with_error(RecordErrorKind.POLICY, f"the policy did not start: {exc}")
             return False
         return True
 

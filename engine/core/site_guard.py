@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from engine.episode.rollout import Rollout
-from engine.store.records import RecordError
+from engine.store.records import RecordError, RecordErrorKind
 from engine.web.blocklist import Blocklist
 from engine.web.domains import DomainPacer, domain_of, is_local
 
@@ -38,7 +38,7 @@ class SiteGuard:
         if entry is None:
             return False
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.until))
-        await rollout.end_with_error("blocked_domain", f"{domain} is on the blocklist until {until} "
+        await rollout.end_with_error(RecordErrorKind.BLOCKED_DOMAIN, f"{domain} is on the blocklist until {until} "
                                                        f"({entry.reason}; from the {entry.source})")
         return True
 

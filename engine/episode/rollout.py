@@ -29,6 +29,7 @@ from engine.store.records import (
     EpisodeRecord,
     PageEvent,
     RecordError,
+    RecordErrorKind,
     RecordStatus,
     StepRecord,
 )
@@ -40,7 +41,7 @@ from engine.web.redact import mask_text, mask_url
 
 
 class _EpisodeError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: RecordErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -126,7 +127,7 @@ class Rollout:
             async with asyncio.timeout_at(self._deadline):
                 return await self._advance()
         except TimeoutError:  # only the deadline's: _advance turns every error of its own into a record
-            await self._fail("episode_timeout", f"the episode ran past its wall-clock cap of {cap:g} s "
+            await self._fail(RecordErrorKind.EPISODE_TIMEOUT, f"the episode ran past its wall-clock cap of {cap:g} s "
                                                 f"({len(self.steps)} steps done)")
             return True
 
@@ -148,7 +149,7 @@ class Rollout:
             await asyncio.shield(self._release_browser())
             raise
         except Exception as exc:  # noqa: BLE001 - a bug must not lose the episode
-            await self._fail("internal", f"{type(exc).__name__}: {exc}")
+            await self._fail(RecordErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
         return self.record is not None
 
     async def _begin(self) -> None:
@@ -179,7 +180,7 @@ class Rollout:
             self.block_for_s = retry_after_s(obs.retry_after)
             if self.block_for_s is not None:
                 blocked += f", Retry-After {self.block_for_s:.0f} s"
-            raise _EpisodeError("blocked", f"{blocked} ({self.page_url[:200]})")
+            raise _EpisodeError(RecordErrorKind.BLOCKED, f"{blocked} ({self.page_url[:200]})")
         if isinstance(obs.probe, dict) and "error" not in obs.probe:
             self.page_state = obs.probe
             utterance = obs.probe.get("utterance")
@@ -309,7 +310,7 @@ class Rollout:
             except TimeoutError:
                 if not timeout.expired():
                     raise
-                raise _EpisodeError("policy_timeout", f"the policy gave no reply within {cap:g} s "
+                raise _EpisodeError(RecordErrorKind.POLICY_TIMEOUT, f"the policy gave no reply within {cap:g} s "
                                                       f"(step {index})") from None
 
     def _policy_task(self) -> Task:
@@ -347,7 +348,7 @@ class Rollout:
         ``obs`` is already bounded (:meth:`_bound`); ``truncated`` says what that cut."""
         if not frame.view:
             frame.release()
-            raise _EpisodeError("no_screenshot", "the worker returned no screenshot")
+            raise _EpisodeError(RecordErrorKind.NO_SCREENSHOT, "the worker returned no screenshot")
         jpeg: bytes | None = None
         if self.ctx.policy.reads_pixels:
             with frame:  # the slot goes back to the worker now; the copy goes to the store and the prompt
@@ -393,7 +394,7 @@ class Rollout:
         """Whether the judge gives this episode's reward (``--reward``; auto prefers the task's own checks)."""
         return judge_rewards(self.task, self.ctx.judge is not None, self.ctx.settings.reward)
 
-    async def end_with_error(self, kind: str, message: str) -> EpisodeRecord:
+    async def end_with_error(self, kind: RecordErrorKind, message: str) -> EpisodeRecord:
         """End the episode now with an error record (if it has none yet; a ``blocked`` record for a kind of
         :data:`engine.store.records.BLOCKED_KINDS`); returns its record."""
         await self._fail(kind, message)
@@ -409,14 +410,15 @@ class Rollout:
         return await program_reward(self.task, self.page_url, self.answer, self.session.evaluate)
 
     async def _on_error(self, exc: Exception) -> None:
+        kind: RecordErrorKind
         if isinstance(exc, WorkerLost):
-            kind = "worker_lost"
+            kind = RecordErrorKind.WORKER_LOST
         elif isinstance(exc, BrowserOpError):
-            kind = f"browser_{exc.kind}"
+            kind = RecordErrorKind.of_browser(exc.kind)
         elif isinstance(exc, _EpisodeError):
             kind = exc.kind
         else:
-            kind = "policy"
+            kind = RecordErrorKind.POLICY
         if isinstance(exc, WorkerLost) and self.attempts <= self.ctx.settings.retry_lost:
             self.previous_errors.append({"kind": kind, "message": self._error_text(str(exc))})
             await self._release_browser()
@@ -430,7 +432,7 @@ class Rollout:
         """An error message as records keep it: capped, credentials in URLs masked."""
         return cap_text(mask_text(message), self.ctx.settings.page_limits.text_chars)
 
-    async def _fail(self, kind: str, message: str) -> None:
+    async def _fail(self, kind: RecordErrorKind, message: str) -> None:
         try:
             if self.record is None:
                 self.status.error = kind

@@ -24,8 +24,9 @@ How an episode ended (``status``, :data:`RecordStatus`), and what says why:
                     :data:`BLOCKED_KINDS` (``blocked``: a block page; ``blocked_domain``: the site was on the
                     blocklist, never loaded; ``judge_blocked``: the judge's blocked verdict, whose ``reward``
                     keeps value null, ``blocked`` true and the judge's evidence); ``reward`` otherwise null
-``error``           stopped by an error: ``error`` is ``{"kind", "message"}`` (worker_lost, browser_timeout,
-                    policy, episode_timeout, straggler, internal, ...); ``reward`` null
+``error``           stopped by an error: ``error`` is ``{"kind", "message"}``, its kind one of
+                    :class:`RecordErrorKind` (worker_lost, browser_hung, policy, episode_timeout, straggler,
+                    internal, ...); ``reward`` null
 ``judge_pending``   waiting for the judge's verdict (``judgements.jsonl`` settles it), or the judge failed
                     (the reader merges in ``judge_error``)
 ==================  ======================================================================================
@@ -44,11 +45,13 @@ This module deliberately does not use ``from __future__ import annotations``: ``
 ``Required`` in real (not string) annotations on Python 3.11.
 """
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict
 
 import msgspec
 
+from browserpool.protocol import ErrorKind
 from engine import json_input
 
 #: The record format this code writes (also in ``manifest.json``). Bump it when a key changes meaning or type,
@@ -63,8 +66,38 @@ READABLE_VERSIONS = (1, 2)
 RecordStatus = Literal["success", "failure", "unrewarded", "blocked", "error", "judge_pending"]
 #: Every status, in the order summaries show them.
 STATUSES: tuple[RecordStatus, ...] = ("success", "failure", "unrewarded", "blocked", "error", "judge_pending")
+
+
+class RecordErrorKind(StrEnum):
+    """What ended an episode of status ``error`` or ``blocked`` (``RecordError.kind`` as the engine writes it)."""
+
+    WORKER_LOST = "worker_lost"  # the browser worker went away (or missed its deadlines) past --retry-lost
+    # A browser operation failed on the worker: browser_ + browserpool.protocol.ErrorKind.
+    BROWSER_REFUSED = "browser_refused"
+    BROWSER_HUNG = "browser_hung"
+    BROWSER_NO_EPISODE = "browser_no_episode"
+    BROWSER_BROWSER = "browser_browser"
+    BROWSER_TOO_LARGE = "browser_too_large"
+    BROWSER_INTERNAL = "browser_internal"
+    NO_SCREENSHOT = "no_screenshot"  # the worker returned an observation without its frame
+    POLICY = "policy"  # the policy raised (or did not start)
+    POLICY_TIMEOUT = "policy_timeout"  # one policy call ran past policy_step_timeout_s
+    EPISODE_TIMEOUT = "episode_timeout"  # the episode ran past episode_timeout_s
+    STRAGGLER = "straggler"  # cut at the run's end (RunConfig.straggler_fraction)
+    ABANDONED = "abandoned"  # a step-level environment closed with its episode open
+    INTERNAL = "internal"  # a bug of the engine's: the record keeps the exception
+    BLOCKED = "blocked"  # status blocked: a block page
+    BLOCKED_DOMAIN = "blocked_domain"  # status blocked: the site was on the blocklist, never loaded
+    JUDGE_BLOCKED = "judge_blocked"  # status blocked: the judge's verdict
+
+    @classmethod
+    def of_browser(cls, kind: ErrorKind) -> "RecordErrorKind":
+        """The record's kind for a browser operation that failed with ``kind``."""
+        return cls(f"browser_{kind.value}")
+
+
 #: The error kinds of a ``blocked`` record: a block page, a site on the blocklist, the judge's verdict.
-BLOCKED_KINDS = ("blocked", "blocked_domain", "judge_blocked")
+BLOCKED_KINDS = (RecordErrorKind.BLOCKED, RecordErrorKind.BLOCKED_DOMAIN, RecordErrorKind.JUDGE_BLOCKED)
 
 
 # --- the parts -----------------------------------------------------------------------------------
@@ -123,8 +156,8 @@ class PageEvent(TypedDict):
 class RecordError(TypedDict):
     """What ended an episode of status ``error`` or ``blocked`` (``error``), or one of its earlier attempts
     (``previous_errors``): an error kind and its message (capped, credentials masked). Status ``error``:
-    ``worker_lost``, ``browser_timeout``, ``policy``, ``episode_timeout``, ``straggler``, ``internal``...;
-    status ``blocked``: one of :data:`BLOCKED_KINDS`."""
+    one of :class:`RecordErrorKind`; status ``blocked``: one of :data:`BLOCKED_KINDS`. Read as ``str``: records
+    of other versions may carry kinds this one does not write."""
 
     kind: str
     message: str
@@ -324,7 +357,8 @@ def reward_value(record: EpisodeRecord) -> float | None:
 
 def judge_blocked_error(reward: RewardRecord) -> RecordError:
     """The ``error`` of a record the judge's blocked verdict ended: what the judge saw."""
-    return {"kind": "judge_blocked", "message": str(reward.get("reason") or "the judge's verdict: blocked")}
+    reason = reward.get("reason") or "the judge's verdict: blocked"
+    return {"kind": RecordErrorKind.JUDGE_BLOCKED, "message": str(reason)}
 
 
 def upgrade_reward(reward: RewardRecord) -> RewardRecord:
