@@ -10,7 +10,7 @@ SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/
 PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool policy train tui bench viewer server) -type d \
                   -not -name __pycache__ -not -path '*/sites/*' 2>/dev/null)
 
-.PHONY: run test setup system lint bench clean
+.PHONY: run test setup system frameworks lint bench clean
 
 run: setup
 	$(VENV)/bin/webgym-engine run
@@ -23,11 +23,13 @@ run: setup
 TEST_PROCS ?= 2
 TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
-test: setup
+test: setup frameworks
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
+	.venv-verl/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_verl.py $(call junit,verl)
+	.venv-areal/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_areal.py $(call junit,areal)
 
 setup: system $(STAMP)
 
@@ -46,6 +48,35 @@ $(STAMP): $(SOURCES) $(PACKAGE_DIRS)
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf,trl,ray]'
 	@touch $@
 
+# veRL and AReaL pin other torch and transformers releases than this environment: their adapters' tests
+# (tests/frameworks/) run in environments of their own, .venv-verl and .venv-areal, built with uv (seconds once its
+# cache holds the packages) and rebuilt only when what they install changes. Each has the CPU build of torch and
+# this project with its dev extra.
+UV := $(VENV)/bin/uv
+uv_install = VIRTUAL_ENV=$(1) $(UV) pip install -q $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+uv_venv = test -x $(1)/bin/python || $(UV) venv -q -p python3 $(1)
+# AReaL's dependencies are resolved as of its release (its imports break on later litellm releases).
+AREAL_RELEASED := 2026-06-11T00:00:00Z
+
+frameworks: .venv-verl/.installed .venv-areal/.installed
+
+# veRL with its verl-core extra (the pyproject.toml extra `verl`), which installs on the CPU build of torch.
+.venv-verl/.installed: $(SOURCES) $(PACKAGE_DIRS) | $(STAMP)
+	@$(call uv_venv,.venv-verl)
+	$(call uv_install,.venv-verl) torch==2.13.0 "scikit-build-core>=0.10"
+	$(call uv_install,.venv-verl) --no-build-isolation -e '.[dev,verl]'
+	@touch $@
+
+# AReaL without its declared dependencies (they pin torch<2.11, a CUDA build of several GB, and pull agent
+# frameworks its workflow never imports); tests/frameworks/areal.txt lists what its workflow and proxy import.
+.venv-areal/.installed: $(SOURCES) $(PACKAGE_DIRS) tests/frameworks/areal.txt tests/frameworks/areal.nodeps.txt | $(STAMP)
+	@$(call uv_venv,.venv-areal)
+	$(call uv_install,.venv-areal) torch==2.13.0 "scikit-build-core>=0.10"
+	$(call uv_install,.venv-areal) --exclude-newer $(AREAL_RELEASED) -r tests/frameworks/areal.txt
+	$(call uv_install,.venv-areal) --no-build-isolation -e '.[dev]'
+	$(call uv_install,.venv-areal) --no-deps -r tests/frameworks/areal.nodeps.txt
+	@touch $@
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
@@ -55,4 +86,4 @@ bench: setup
 	$(PY) -m bench.cli all $(ARGS)
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build $(VENV) .venv-verl .venv-areal

@@ -585,14 +585,19 @@ def test_time(store: Store) -> list[str]:
     install = (f"after {seconds('install')} of install (`make setup` with an empty pip cache, the apt packages "
                "already present), "
                if data["config"].get("fresh_clone") else "")
+
+    def count(key: str) -> int:
+        return sum(int(p[key]) for p in phases.values())
+
+    frameworks = [name for name in ("verl", "areal") if name in phases]
+    then = (f", then {seconds('then the veRL')} for the veRL and AReaL tests in their own environments"
+            if frameworks else "")
     return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "
             f"{seconds('make test')} on {where} of code {m.get('git_revision') or 'of an unknown revision'}, "
-            f"{install}with {phases['parallel']['passed'] + phases['wallclock']['passed']:,} tests passed, "
-            f"{phases['parallel']['failed'] + phases['wallclock']['failed']} failed and "
-            f"{phases['parallel']['skipped'] + phases['wallclock']['skipped']} skipped: {seconds('the tests in')} for "
-            f"the tests in {data['config']['procs']} pytest processes, then {seconds('then the timing')} for the "
-            f"{phases['wallclock']['tests']} timing tests alone ([docs/benchmarks/test_time.json]"
-            "(docs/benchmarks/test_time.json), `python -m bench.test_time`)."]
+            f"{install}with {count('passed'):,} tests passed, {count('failed')} failed and {count('skipped')} "
+            f"skipped: {seconds('the tests in')} for the tests in {data['config']['procs']} pytest processes, then "
+            f"{seconds('then the timing')} for the {phases['wallclock']['tests']} timing tests alone{then} "
+            "([docs/benchmarks/test_time.json](docs/benchmarks/test_time.json), `python -m bench.test_time`)."]
 
 
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {

@@ -6,9 +6,10 @@ own, empty; the apt packages are checked, and installed only when missing), then
 is removed afterwards, so this also shows that the committed files alone install everything the tests need.
 ``--here`` runs ``make test`` in this checkout instead (its setup a no-op).
 
-``make test`` runs the import-layering check, then the tests in ``TEST_PROCS`` processes, then the timing tests
-alone; each pytest phase writes a JUnit report (``TEST_REPORT``), from which come the test counts, each phase's
-time and the slowest test files.
+``make test`` builds the trainer frameworks' environments (``.venv-verl``, ``.venv-areal``; with a uv cache of its
+own, empty, on a fresh clone), runs the import-layering check, then the tests in ``TEST_PROCS`` processes, then the
+timing tests alone, then the veRL and AReaL adapters' tests in their environments; each pytest phase writes a JUnit
+report (``TEST_REPORT``), from which come the test counts, each phase's time and the slowest test files.
 
     python -m bench.test_time [--here] [--procs 2] [--json docs/benchmarks/test_time.json]
 """
@@ -30,7 +31,8 @@ from typing import Any
 from bench.report import row, write_result
 from bench.suite import ROOT, machine_facts
 
-PHASES = ("parallel", "wallclock")  # the Makefile's names for its two pytest runs, in order
+PHASES = ("parallel", "wallclock", "verl", "areal")  # the Makefile's names for its pytest runs, in order
+FRAMEWORK_PHASES = ("verl", "areal")  # those that run in a framework's own environment
 BUDGET_S = 15 * 60  # the suite must stay under 15 minutes on 2 cores
 SLOWEST = 8  # test files listed
 
@@ -86,14 +88,15 @@ def measure(checkout: Path, procs: int, work: Path, setup: bool) -> dict[str, An
     files. Raises RuntimeError when a step fails (its output is in ``work/make.log``)."""
     log = work / "make.log"
     out: dict[str, Any] = {}
+    env = None
     if setup:
-        # A pip cache of its own, empty: nothing is taken from earlier installs on this machine.
-        env = {**os.environ, "PIP_CACHE_DIR": str(work / "pip-cache")}
+        # Package caches of their own, empty: nothing is taken from earlier installs on this machine.
+        env = {**os.environ, "PIP_CACHE_DIR": str(work / "pip-cache"), "UV_CACHE_DIR": str(work / "uv-cache")}
         out["setup_s"], rc = timed(["make", "setup"], checkout, log, env)
         if rc:
             raise RuntimeError(f"make setup failed ({rc}); see {log}")
     prefix = work / "report"
-    out["test_s"], rc = timed(["make", "test", f"TEST_PROCS={procs}", f"TEST_REPORT={prefix}"], checkout, log)
+    out["test_s"], rc = timed(["make", "test", f"TEST_PROCS={procs}", f"TEST_REPORT={prefix}"], checkout, log, env)
     if rc:
         raise RuntimeError(f"make test failed ({rc}); see {log}")
     out["phases"] = {name: read_junit(Path(f"{prefix}-{name}.xml")) for name in PHASES}
@@ -104,11 +107,12 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
     """The stored result (less the machine facts): the summary rows, each phase's counts and the slowest files."""
     phases: dict[str, PhaseReport] = measured["phases"]
     par, wall = phases["parallel"], phases["wallclock"]
+    frameworks = [phases[name] for name in FRAMEWORK_PHASES]
     files: dict[str, float] = defaultdict(float)
     for phase in phases.values():
         for name, seconds in phase.file_seconds.items():
             files[name] += seconds
-    failed = par.failures + par.errors + wall.failures + wall.errors
+    failed = sum(p.failures + p.errors for p in phases.values())
     summary = []
     if "setup_s" in measured:
         summary.append(row("install on a fresh clone (make setup with an empty pip cache, the apt packages "
@@ -117,8 +121,9 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
         row("make test, from start to end", measured["test_s"], "s", f"<= {BUDGET_S}", measured["test_s"] <= BUDGET_S),
         row(f"the tests in {procs} processes", par.seconds, "s"),
         row("then the timing tests alone", wall.seconds, "s"),
-        row("tests passed", par.passed + wall.passed, "tests"),
-        row("tests skipped", par.skipped + wall.skipped, "tests"),
+        row("then the veRL and AReaL tests in their own environments", sum(p.seconds for p in frameworks), "s"),
+        row("tests passed", sum(p.passed for p in phases.values()), "tests"),
+        row("tests skipped", sum(p.skipped for p in phases.values()), "tests"),
         row("tests failed", failed, "tests", "<= 0", failed == 0),
     ]
     slowest = sorted(files.items(), key=lambda kv: -kv[1])[:SLOWEST]
@@ -129,7 +134,7 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
                           "failed": p.failures + p.errors, "seconds": round(p.seconds, 1)}
                    for name, p in phases.items()},
         "slowest_files": [{"file": name, "seconds": round(seconds, 1)} for name, seconds in slowest],
-        "notes": ["The slowest test files (the time of their tests, summed over both phases): "
+        "notes": ["The slowest test files (the time of their tests, summed over the phases): "
                   + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in slowest) + "."],
     }
 

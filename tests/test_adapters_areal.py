@@ -1,14 +1,10 @@
-"""The AReaL agent workflow (``train.adapters.areal``) runs web episodes through an OpenAI-compatible endpoint.
+"""The AReaL agent workflow (``train.adapters.areal``) runs web episodes through an OpenAI-compatible endpoint, in the
+project's own environment, where AReaL is not installed (AReaL 1.0.4 pins ``torch<2.11``).
 
-AReaL is not installed in this project's environment: AReaL 1.0.4 requires ``torch<2.11`` and ``transformers<=5.3``
-(this project runs torch 2.13 and transformers 5.24), and its proxy serves an SGLang or vLLM engine on a GPU. So
-:class:`ArealProxyWorkflowStandIn`, named as such, takes the place of AReaL's ``OpenAIProxyWorkflow``
-(``areal/experimental/openai/proxy/workflow.py`` in AReaL 1.0.4) in its inline mode: like it, it refuses an agent
-whose ``run`` is not a coroutine function, calls ``agent.run(data, base_url=..., http_client=..., api_key=<the
-session's key>)``, takes a float as the reward of the session's last completion (AReaL also takes a dict of rewards
-by completion id, which this workflow does not return; anything else is a ValueError), and gives the earlier
-completions the reward discounted by their distance from the last, as AReaL's export with ``turn_discount`` does.
-The session's completions are the requests the endpoint received with the session's key.
+``tests/frameworks/test_areal.py`` runs the workflow inside AReaL's own machinery in AReaL's environment (``make
+test`` builds it): its ``OpenAIProxyWorkflow`` in inline and subproc mode, its proxy, reward hook and discount. Here
+the workflow's ``run`` is called as AReaL calls it (``base_url`` and ``api_key`` as keyword arguments in inline mode,
+``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` in subproc mode), and what it sends is checked request by request.
 
 Real parts: the endpoint is the repository's OpenAI-compatible chat test server (:class:`ChatTestServer`, real HTTP,
 data-URL images decoded back to JPEG bytes) around :class:`ScriptedTestModel`, a test-only stand-in for a model that
@@ -17,11 +13,9 @@ replies from a script; the engine core with its site server and Chromium workers
 
 from __future__ import annotations
 
-import inspect
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -58,27 +52,6 @@ class ScriptedTestModel(LanguageModel):
                           finish_reason="stop")
 
 
-class ArealProxyWorkflowStandIn:
-    """A stand-in for AReaL's ``OpenAIProxyWorkflow`` in inline mode (module docstring)."""
-
-    def __init__(self, agent: Any, proxy: ChatTestServer, discount: float = 1.0) -> None:
-        if not inspect.iscoroutinefunction(getattr(agent, "run", None)):
-            raise TypeError("Agent's 'run' method must be an async function.")
-        self.agent, self.proxy, self.discount = agent, proxy, discount
-
-    async def arun_episode(self, data: dict[str, Any]) -> list[tuple[dict[str, Any], float]]:
-        """The session's completions (request payloads, in order) with their rewards."""
-        key = f"session-{len(self.proxy.received)}"  # AReaL's proxy hands out one key per session
-        rewards = await self.agent.run(data, base_url=self.proxy.base_url, http_client=None, api_key=key)
-        session = [r.payload for r in self.proxy.received if r.headers.get("Authorization") == f"Bearer {key}"]
-        if isinstance(rewards, dict):
-            raise AssertionError("the web workflow returns the episode's reward, not rewards by completion")
-        if not isinstance(rewards, float):
-            raise ValueError(f"Invalid reward type: {type(rewards)}")
-        n = len(session)
-        return [(payload, rewards * self.discount ** (n - 1 - i)) for i, payload in enumerate(session)]
-
-
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[CoreThread]:
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
@@ -95,19 +68,19 @@ async def test_workflow_runs_an_episode_through_the_endpoint(core: CoreThread, t
     model = ScriptedTestModel(SCRIPT)
     workflow = WebAgentWorkflow(core=core, tasks=[task], sampling={"temperature": 0.7, "max_tokens": 64})
     async with ChatTestServer(model, served_model_name="default") as proxy:
-        completions = await ArealProxyWorkflowStandIn(workflow, proxy, discount=0.9).arun_episode(
-            dataset_rows([task])[0])
+        reward = await workflow.run(dataset_rows([task])[0], base_url=proxy.base_url, api_key="session-1")
+        completions = [r.payload for r in proxy.received]
+        assert {r.headers["Authorization"] for r in proxy.received} == {"Bearer session-1"}
 
     [record] = read_records(core.run_dir)  # type: ignore[arg-type]
     episode = workflow.last_episode
     assert episode is not None and episode.episode_id == record["episode_id"]
     assert [s["action"]["name"] for s in record["steps"]] == ["wait", "scroll", "answer"]
     assert [s["reply"] for s in record["steps"]] == SCRIPT and record["steps"][0]["parse_error"]
-    reward = float(record["reward"]["value"])
-    # One completion per step, with the session's key; the episode's reward on the last, discounted before it.
-    assert [r for _, r in completions] == pytest.approx([reward * 0.81, reward * 0.9, reward])
+    # One completion per step, with the session's key; the episode's reward returned for AReaL's reward hook.
+    assert reward == float(record["reward"]["value"]) and len(completions) == len(SCRIPT)
     frames = [Path(core.run_dir, s["screenshot"]).read_bytes() for s in record["steps"]]  # type: ignore[arg-type]
-    for i, ((payload, _), request) in enumerate(zip(completions, model.requests, strict=True)):
+    for i, (payload, request) in enumerate(zip(completions, model.requests, strict=True)):
         assert payload["model"] == "default" and payload["temperature"] == 0.7 and payload["max_tokens"] == 64
         # The step's chat, as `run` builds it: the system prompt, the task, the context window's screenshots
         # (all of them here), as data URLs whose bytes are the frames the episode recorded.

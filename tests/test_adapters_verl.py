@@ -1,31 +1,24 @@
-"""The veRL agent loop (``train.adapters.verl``) runs web episodes on the bundled sites, one sample per step.
+"""The veRL agent loop's episode logic (``train.adapters.verl.WebAgentLoopMixin``) on the bundled sites, in the
+project's own environment, where veRL is not installed (veRL 0.9.1 requires ``transformers<5.11``).
 
-veRL is not installed in this project's environment: veRL 0.9.1 requires ``transformers<5.11`` (this project runs
-5.24), and its rollout servers (vLLM, SGLang) need a GPU. So two stand-ins, named as such, take veRL's place:
+``tests/frameworks/test_verl.py`` runs the real ``WebAgentLoop`` in veRL's own environment (``make test`` builds it):
+veRL's token builder, its output validation and its worker's post-processing. Here two stand-ins, named as such,
+take veRL's place, so that the episode logic is checked where the rest of the project is:
 
-- :class:`VerlServerManagerStandIn` mimics veRL's server manager call, ``await server_manager.generate(request_id,
-  *, prompt_ids, sampling_params, image_data) -> TokenOutput`` (``token_ids``, ``log_probs``). Like a vLLM server it
-  checks that the prompt's image placeholders match the images it is given (one ``<|vision_start|>`` per image and
-  as many ``<|image_pad|>`` tokens as the image processor makes merged patches), then answers with a scripted
-  reply's tokens and log-probabilities.
-- :class:`VerlAgentLoopBaseStandIn` provides what the loop takes from ``AgentLoopBase``: ``server_manager``,
-  ``tokenizer``, ``rollout_config.response_length``, ``ct_build_initial_tokens`` (rendered as veRL's
-  vision-language token builder renders a prompt: the processor's chat template, then the processor with the
-  images) and ``make_output``, which returns the fields of veRL's ``AgentLoopOutput`` as a dict.
-
-``test_real_verl_agent_loop`` runs the same episode through the real ``WebAgentLoop`` (veRL's ``AgentLoopBase``,
-its token builder and ``AgentLoopOutput``) with the server stand-in; it is skipped where veRL cannot be imported.
+- :class:`tests.verl_server_stand_in.VerlServerManagerStandIn` for veRL's server manager (its vLLM / SGLang servers
+  need a GPU), which checks each prompt's image placeholders as vLLM does;
+- :class:`VerlAgentLoopBaseStandIn` for what the loop takes from ``AgentLoopBase``: ``server_manager``,
+  ``tokenizer``, ``rollout_config.response_length``, ``ct_build_initial_tokens`` (the processor's chat template,
+  then the processor with the images) and ``make_output``, which returns the fields of ``AgentLoopOutput`` as a dict.
 
 Real parts throughout: the engine core with its site server and Chromium workers, and a tiny Qwen3-VL tokenizer and
-image processor built offline (``policy.tiny_models``). The processor is ``Qwen3VLProcessor`` without its video
-processor, which needs torchvision (not installed here: its PyPI wheel would replace the CPU build of torch).
+image processor built offline (:func:`tests.verl_server_stand_in.tiny_processor`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,50 +29,15 @@ import pytest
 pytest.importorskip("torch", reason="the veRL adapter test needs torch and transformers (pip install -e '.[hf]')")
 pytest.importorskip("transformers", reason="the veRL adapter test needs transformers (pip install -e '.[hf]')")
 
-from transformers import AutoImageProcessor, AutoTokenizer  # noqa: E402
-
 from engine.clients.gym_env import CoreThread  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
 from engine.store.run_dir import read_records  # noqa: E402
 from engine.tasks.loading import load_tasks  # noqa: E402
 from engine.tasks.schema import Task
-from policy.tiny_models import build_tiny_model  # noqa: E402
 from tests.conftest import subset  # noqa: E402
-from tests.image_processor import ImageOnlyQwen3VLProcessor  # noqa: E402
+from tests.verl_server_stand_in import SCRIPT, VerlServerManagerStandIn, tiny_processor  # noqa: E402
 from train.adapters import jpeg_to_pil  # noqa: E402
 from train.adapters.verl import AGENT_NAME, WebAgentLoopMixin, dataset_rows  # noqa: E402
-
-SCRIPT = [
-    "Action: click it\n<tool_call>\n{broken",  # unusable: the engine records a wait and its parse error
-    '<tool_call>\n{"name": "computer_use", "arguments": {"action": "scroll", "direction": "down"}}\n</tool_call>',
-    '<tool_call>\n{"name": "computer_use", "arguments": {"action": "answer", "text": "done"}}\n</tool_call>',
-]
-
-
-
-
-@dataclass
-class VerlServerManagerStandIn:
-    """A stand-in for veRL's server manager (module docstring): checks a prompt like vLLM, answers from a script."""
-
-    processor: Any
-    script: list[str]
-    calls: list[dict[str, Any]] = field(default_factory=list)
-
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: list[Any] | None = None, **kwargs: Any) -> SimpleNamespace:
-        tok = self.processor.tokenizer
-        images = image_data or []
-        starts = prompt_ids.count(tok.convert_tokens_to_ids("<|vision_start|>"))
-        pads = prompt_ids.count(tok.convert_tokens_to_ids("<|image_pad|>"))
-        grids = self.processor.image_processor(images=images)["image_grid_thw"] if images else []
-        merge = self.processor.image_processor.merge_size ** 2
-        assert starts == len(images) and pads == sum(int(np.prod(g)) // merge for g in grids), (starts, pads)
-        reply = self.script[len(self.calls) % len(self.script)]
-        token_ids = tok.encode(reply, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
-        self.calls.append({"request_id": request_id, "prompt_ids": prompt_ids, "images": images,
-                           "sampling_params": sampling_params})
-        return SimpleNamespace(token_ids=token_ids, log_probs=[-0.5] * len(token_ids), num_preempted=0)
 
 
 class VerlAgentLoopBaseStandIn:
@@ -106,10 +64,7 @@ class StandInWebAgentLoop(WebAgentLoopMixin, VerlAgentLoopBaseStandIn):
 
 @pytest.fixture(scope="module")
 def processor(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("verl_model"), "qwen3_vl", seed=0)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return ImageOnlyQwen3VLProcessor(AutoImageProcessor.from_pretrained(model_dir), tokenizer,
-                                     chat_template=tokenizer.chat_template)
+    return tiny_processor(tmp_path_factory.mktemp("verl_model"))
 
 
 @pytest.fixture
@@ -172,26 +127,3 @@ async def test_response_is_capped_at_the_response_length(core: CoreThread, proce
     assert all(len(out["response_logprobs"]) == len(out["response_mask"]) == 8 for out in outputs)
     with pytest.raises(KeyError, match="task"):
         await loop.run({}, raw_prompt=[])
-
-
-async def test_real_verl_agent_loop(core: CoreThread, processor: Any, tmp_path: Path) -> None:
-    agent_loop = pytest.importorskip(
-        "verl.experimental.agent_loop.agent_loop",
-        reason="veRL is not installed: veRL 0.9.1 requires transformers<5.11 (this project runs 5.24)")
-    from omegaconf import OmegaConf
-
-    from train.adapters.verl import WebAgentLoop
-
-    tasks = load_tasks(subset(tmp_path, per_site=1), core.base_url)[:1]
-    server = VerlServerManagerStandIn(processor, SCRIPT)
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 256}},
-                               "data": {}})
-    loop = WebAgentLoop(trainer_config=agent_loop.DictConfigWrap(config), server_manager=server,
-                        tokenizer=processor.tokenizer, processor=processor, dataset_cls=object,
-                        data_config=agent_loop.DictConfigWrap(config.data), hf_model_type="qwen3_vl",
-                        core=core, tasks=tasks)
-    assert agent_loop._agent_loop_registry[AGENT_NAME] == {"_target_": "train.adapters.verl.WebAgentLoop"}
-    outputs = await loop.run({"temperature": 1.0}, **dataset_rows(tasks)[0])
-    assert all(isinstance(out, agent_loop.AgentLoopOutput) for out in outputs)
-    check_episode([out.model_dump() for out in outputs], server, core, tasks[0], processor.tokenizer)
-    assert outputs[-1].as_dict()["rm_scores"][-1] == outputs[-1].reward_score  # veRL's token-level reward

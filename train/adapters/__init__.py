@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import importlib.metadata
+import os
+import re
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +41,45 @@ from engine.tasks.schema import Task
 T = TypeVar("T")
 
 __all__ = [
-    "Episode", "Reply", "Step", "chat_with_pil_images", "close_shared_cores", "jpeg_to_pil",
+    "Episode", "FrameworkVersion", "Reply", "Step", "chat_with_pil_images", "close_shared_cores", "jpeg_to_pil",
     "on_core", "run_episode", "shared_core", "shared_tasks",
 ]
+
+# --- the frameworks' versions -----------------------------------------------------------------------------
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.9.1rc2"`` as ``(0, 9, 1)``: the release numbers a version is compared by."""
+    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkVersion:
+    """The versions of a trainer framework an adapter supports: ``tested`` (pinned by the framework's extra in
+    ``pyproject.toml``; its tests run against it) and ``minimum`` (the oldest with what the adapter uses)."""
+
+    name: str  # as its users write it ("veRL")
+    distribution: str  # as pip knows it ("verl")
+    tested: str
+    minimum: str
+
+    def check(self) -> str | None:
+        """The installed version (None when the framework is not installed). An older one than ``minimum``
+        raises ImportError (the adapter would fail inside the framework); a newer minor series than ``tested``
+        warns (untested)."""
+        try:
+            installed = importlib.metadata.version(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        extra = f"pip install 'webgym-engine[{self.distribution}]' installs {self.tested}, the version tested"
+        if _release(installed) < _release(self.minimum):
+            raise ImportError(f"the {self.name} adapter needs {self.name} >= {self.minimum}, found {installed}; "
+                              f"{extra}")
+        if _release(installed)[:2] > _release(self.tested)[:2]:
+            warnings.warn(f"{self.name} {installed} is newer than the {self.name} adapter was tested with "
+                          f"({self.tested}); {extra}", stacklevel=3)
+        return installed
+
 
 # --- the engine core --------------------------------------------------------------------------------------
 
@@ -59,7 +99,9 @@ def shared_core(cfg: RunConfig | Mapping[str, Any] | None = None, *, serve_sites
         cfg = RunConfig()
     elif not isinstance(cfg, RunConfig):
         cfg = RunConfig(**dict(cfg))
-    key = (repr(cfg), serve_sites, base_url)
+    # The process id is part of the key: a process forked from one with a core (AReaL's subproc workers) has a
+    # copy of it whose thread did not survive the fork, so it starts its own.
+    key = (os.getpid(), repr(cfg), serve_sites, base_url)
     with _lock:
         core = _cores.get(key)
         if core is None or not core.running:
@@ -79,9 +121,10 @@ def shared_tasks(task_file: str | Path, base_url: str | None) -> list[Task]:
 
 
 def close_shared_cores() -> None:
-    """Close every core :func:`shared_core` started (episodes still running end with their records)."""
+    """Close every core :func:`shared_core` started in this process (episodes still running end with their
+    records)."""
     with _lock:
-        cores = list(_cores.values())
+        cores = [core for key, core in _cores.items() if key[0] == os.getpid()]
         _cores.clear()
     for core in cores:
         core.close()

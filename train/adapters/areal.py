@@ -23,8 +23,13 @@ trains on::
     with PPOTrainer(config, train_dataset=dataset) as trainer:   # rows: {"task_id": ..., "messages": [...]}
         trainer.train(workflow=WebAgentWorkflow(task_file="tasks.jsonl", run_config={"concurrency": 64}))
 
-An episode that ends with an error (a lost browser worker, a time cap) raises :class:`engine.clients.env.EpisodeError`;
-AReaL rejects that trajectory.
+In inline mode the chat completions go through the ``http_client`` AReaL passes (its pooled ``httpx`` client), in
+subproc mode through the engine's own client. An episode that ends with an error (a lost browser worker, a time
+cap) raises :class:`engine.clients.env.EpisodeError`; AReaL rejects that trajectory.
+
+Versions: AReaL 1.0.4 is the one tested (``tests/frameworks/test_areal.py`` in ``make test``, in an environment of its
+own: AReaL pins ``torch<2.11``); importing this module where an older AReaL is installed raises ImportError, a newer
+minor series warns.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.agent.model_api import ChatRequest, SamplingParams
+from engine.agent.model_api import ChatRequest, Generation, SamplingParams
+from engine.agent.policy_api import PolicyError
 from engine.agent.prompts import AgentConfig
 from engine.clients.env import AsyncWebEnv
 from engine.clients.gym_env import CoreThread
@@ -43,9 +49,13 @@ from engine.core.config import RunConfig
 from engine.tasks.schema import BUNDLED_TASKS, Task
 from policy.openai_backend import OpenAIModel
 
-from . import Episode, Reply, run_episode, shared_core, shared_tasks
+from . import Episode, FrameworkVersion, Reply, run_episode, shared_core, shared_tasks
 
-__all__ = ["WebAgentWorkflow", "dataset_rows"]
+__all__ = ["AREAL", "WebAgentWorkflow", "dataset_rows"]
+
+#: The AReaL versions this adapter supports (the ``areal`` extra of ``pyproject.toml`` pins ``tested``).
+AREAL = FrameworkVersion("AReaL", "areal", tested="1.0.4", minimum="1.0.4")
+AREAL.check()
 
 
 def dataset_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
@@ -100,7 +110,8 @@ class WebAgentWorkflow:
 
     async def run(self, data: Mapping[str, Any], **extra_kwargs: Any) -> float:
         """One episode of ``data["task_id"]`` through the proxy at ``base_url`` with the session's ``api_key``
-        (AReaL's keyword arguments, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``); returns its reward."""
+        and AReaL's ``http_client`` (inline mode's keyword arguments; else ``OPENAI_BASE_URL`` /
+        ``OPENAI_API_KEY`` and the engine's own client); returns its reward."""
         task_id = data.get("task_id")
         if not task_id:
             raise KeyError("the dataset row names no task: give it a task_id field")
@@ -108,6 +119,7 @@ class WebAgentWorkflow:
         if not base_url:
             raise ValueError("no endpoint: AReaL passes base_url (inline mode) or sets OPENAI_BASE_URL (subproc)")
         api_key = extra_kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY")
+        http_client = extra_kwargs.get("http_client")
         core, tasks = self._engine()
         env = AsyncWebEnv(core.core, tasks, agent=self.agent)
         client = OpenAIModel(base_url, self.model, api_key=api_key, max_in_flight=1, timeout_s=self.timeout_s,
@@ -118,13 +130,28 @@ class WebAgentWorkflow:
         async def generate(chat: list[dict[str, Any]], images: dict[str, bytes]) -> Reply:
             request = ChatRequest(f"{episode_key}-{len(steps)}", chat, images, self.sampling)
             steps.append(request.request_id)
-            out = await client.generate(request)
+            if http_client is None:
+                out = await client.generate(request)
+            else:
+                out = await _through(http_client, client, api_key, request)
             return Reply(out.text, out.token_ids, out.logprobs, extra={"finish_reason": out.finish_reason})
 
-        await client.start()
+        if http_client is None:
+            await client.start()
         try:
             episode = await run_episode(core, env, task_id, generate, verdict_timeout_s=self.verdict_timeout_s)
         finally:
             await client.close()
         self.last_episode = episode
         return float(episode.reward)
+
+
+async def _through(http_client: Any, client: OpenAIModel, api_key: str | None, request: ChatRequest) -> Generation:
+    """One chat completion sent with AReaL's ``httpx.AsyncClient``, in the engine client's payload and parsing."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    resp = await http_client.post(client.url, json=client.build_payload(request), headers=headers,
+                                  timeout=client.timeout_s)
+    if resp.status_code != 200:
+        raise PolicyError(f"request {request.request_id}: {client.url} answered HTTP {resp.status_code}: "
+                          f"{resp.text[:500]}")
+    return client.parse_response(resp.json(), request.request_id)

@@ -50,9 +50,14 @@ from engine.clients.gym_env import CoreThread
 from engine.store.records import EpisodeRecord, reward_value
 from engine.tasks.schema import Task
 
-from . import _settled_reward, jpeg_to_pil
+from . import FrameworkVersion, _settled_reward, jpeg_to_pil
 
-__all__ = ["WebEnvironment", "environment_factory", "web_dataset", "web_system_prompt"]
+__all__ = ["TRL", "WebEnvironment", "environment_factory", "web_dataset", "web_system_prompt"]
+
+#: The TRL versions this adapter supports (the ``trl`` extra of ``pyproject.toml`` pins ``tested``):
+#: ``GRPOTrainer(environment_factory=...)`` is experimental, and its calls into the environment changed before it.
+TRL = FrameworkVersion("TRL", "trl", tested="1.16.0", minimum="1.16.0")
+TRL.check()
 
 SYSTEM_TEMPLATE = """\
 You are a web agent. You operate a web browser to complete the user's task with the computer_use function. \

@@ -20,8 +20,16 @@ and, because ``run``'s context window makes every step its own sequence, returns
 - ``extra_fields``: ``task_id``, ``episode_id``, ``step``, the action taken and its parse error, and on the last
   output ``reward_extra_info`` (the episode's status and reward).
 
-An episode that ends with an error (a lost browser worker, a time cap) raises :class:`engine.clients.env.EpisodeError`,
-which veRL treats as a failed trajectory. Configuration (``agent_loop_config_path`` of veRL's rollout config)::
+An episode that the page ends as it opens (no model call) returns one output all the same, so that veRL's GRPO group
+keeps its size: the row's prompt, the end-of-sequence token as a response nothing learns from (``response_mask``
+0) and the recorded reward. An episode that ends with an error (a lost browser worker, a time cap) raises
+:class:`engine.clients.env.EpisodeError`, which veRL treats as a failed trajectory.
+
+Versions: veRL 0.9.1 is the one tested (``pip install 'webgym-engine[verl]'``; ``tests/frameworks/test_verl.py``
+in ``make test``); importing this module where an older veRL is installed raises ImportError (its
+``AgentLoopBase`` lacks what the loop uses), a newer minor series warns.
+
+Configuration (``agent_loop_config_path`` of veRL's rollout config)::
 
     - name: webgym_agent
       _target_: train.adapters.verl.WebAgentLoop
@@ -50,12 +58,16 @@ from engine.clients.gym_env import CoreThread
 from engine.core.config import RunConfig
 from engine.tasks.schema import BUNDLED_TASKS, Task
 
-from . import Episode, Reply, chat_with_pil_images, run_episode, shared_core, shared_tasks
+from . import Episode, FrameworkVersion, Reply, chat_with_pil_images, run_episode, shared_core, shared_tasks
 
-__all__ = ["AGENT_NAME", "WebAgentLoopMixin", "dataset_rows"]  # and WebAgentLoop, where veRL is installed
+__all__ = ["AGENT_NAME", "VERL", "WebAgentLoopMixin", "dataset_rows"]  # and WebAgentLoop, where veRL is installed
 
 #: The name the agent loop is registered under (a dataset row's ``agent_name``).
 AGENT_NAME = "webgym_agent"
+
+#: The veRL versions this adapter supports (the ``verl`` extra of ``pyproject.toml`` pins ``tested``).
+VERL = FrameworkVersion("veRL", "verl", tested="0.9.1", minimum="0.9.1")
+VERL.check()
 
 
 def _plain(value: Any) -> Any:
@@ -134,7 +146,29 @@ class WebAgentLoopMixin:
 
         episode = await run_episode(self.web_core, env, task_id, generate,
                                     verdict_timeout_s=self.web_verdict_timeout_s)
+        if not episode.steps:
+            return [await self.web_ended_at_open(episode, kwargs.get("raw_prompt"), sampling_params)]
         return [self.web_output(episode, i, response_length) for i in range(len(episode.steps))]
+
+    async def web_ended_at_open(self, episode: Episode, raw_prompt: Any, sampling_params: dict[str, Any]) -> Any:
+        """The one ``AgentLoopOutput`` of an episode the page ended as it opened (module docstring)."""
+        task = (episode.record or {}).get("task") or {}
+        messages = _plain(raw_prompt) or [{"role": "user", "content": task.get("task_name", episode.task_id)}]
+        prompt_ids = await self.ct_build_initial_tokens(list(messages))
+        fields = {
+            "prompt_ids": list(prompt_ids),
+            "response_ids": [self.tokenizer.eos_token_id],
+            "response_mask": [0],  # the policy chose nothing here: no loss on it
+            "response_logprobs": [0.0] if sampling_params.get("logprobs") else None,
+            "multi_modal_data": None,
+            "reward_score": episode.reward,
+            "num_turns": 1,
+            "extra_fields": {"task_id": episode.task_id, "episode_id": episode.episode_id, "step": 0,
+                             "action": None, "parse_error": None, "ended_at_open": True,
+                             "reward_extra_info": {"episode_status": (episode.record or {}).get("status"),
+                                                   "env_reward": episode.reward}},
+        }
+        return self.make_output(fields, {"generate_sequences": 0.0, "num_preempted": -1})
 
     def web_output(self, episode: Episode, index: int, response_length: int) -> Any:
         """The ``AgentLoopOutput`` of step ``index`` of ``episode`` (fields in the module docstring)."""
@@ -163,7 +197,13 @@ class WebAgentLoopMixin:
 
 
 def _make_agent_loop() -> type:
-    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopBase,
+        AgentLoopMetrics,
+        AgentLoopOutput,
+        _agent_loop_registry,
+        register,
+    )
 
     class WebAgentLoop(WebAgentLoopMixin, AgentLoopBase):
         """veRL's agent loop for the engine's web tasks (module docstring). Keyword arguments beyond
@@ -182,6 +222,10 @@ def _make_agent_loop() -> type:
 
     WebAgentLoop.__module__ = __name__
     WebAgentLoop.__qualname__ = "WebAgentLoop"
+    if AGENT_NAME in _agent_loop_registry:
+        # veRL's worker registered the entry of its agent_loop_config_path file, with the loop's settings, before
+        # building this class from it: registering again would replace those settings for later trajectories.
+        return WebAgentLoop
     return register(AGENT_NAME)(WebAgentLoop)
 
 
