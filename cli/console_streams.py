@@ -9,29 +9,9 @@ error, as any Unix tool does.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from typing import Any, TextIO
 
-
-class DroppingStream:
-    """A text stream that drops what cannot be written (OSError) instead of raising; all else is the stream's."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except OSError:
-            return len(text)
-
-    def flush(self) -> None:
-        with contextlib.suppress(OSError):
-            self._stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+from engine.streams import DroppingStream
 
 
 def keep_going_without_a_console() -> None:

@@ -311,7 +311,10 @@ def run_cmd(**opts: Any) -> None:
         # SIGTERM and SIGHUP are handled like Ctrl-C (engine.core.shutdown).
         tune_for_engine_process()
         raise_open_file_limit()
-        summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
+        try:
+            summary = _uvloop_run(until_signal(run_with_tui(coro, cfg.run_dir) if o.tui else coro))
+        finally:  # the monitor is done with the terminal, which may have gone away: what follows must not fail on it
+            keep_going_without_a_console()
     except (KeyboardInterrupt, Terminated) as exc:
         # Episodes in flight wrote no record: --resume runs them again (and removes their partial frames).
         what = f"stopped by {exc.name}" if isinstance(exc, Terminated) else "interrupted"

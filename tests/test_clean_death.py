@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import json
 import os
+import pty
 import resource
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -84,20 +90,26 @@ def engine_cmd(tasks: Path, output: Path, *extra: str) -> list[str]:
 def start_engine(tmp_path: Path, tasks: Path) -> Iterator[Callable[..., Engine]]:
     started: list[Engine] = []
 
-    def start(*extra: str, ignore: signal.Signals | None = None) -> Engine:
+    def start(*extra: str, ignore: signal.Signals | None = None, terminal: int | None = None,
+              cmd: list[str] | None = None) -> Engine:
         marker = uuid.uuid4().hex
         env = {**os.environ, MARK: marker, "OPENAI_API_KEY": SECRET, "HF_TOKEN": SECRET}
         log = tmp_path / f"engine-{len(started)}.log"
         # ignore: the engine starts with that signal ignored, as under nohup (SIGHUP) or as a script's background
         # job (SIGINT). Otherwise both are reset to their defaults: a test suite itself started under nohup or in
         # the background would pass its ignored signals on, and the engine keeps ignoring what it inherits.
+        # terminal: a pseudo-terminal's follower end, which becomes the engine's standard streams and its
+        # session's controlling terminal (as in a terminal window or a tmux pane).
         def pre() -> None:
             for sig in (signal.SIGHUP, signal.SIGINT):
                 signal.signal(sig, signal.SIG_IGN if sig == ignore else signal.SIG_DFL)
+            if terminal is not None:
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         with open(log, "wb") as err:
-            proc = subprocess.Popen(engine_cmd(tasks, tmp_path / "runs", *extra), cwd=ROOT, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
-                                    preexec_fn=pre)
+            streams = {"stdin": subprocess.DEVNULL, "stdout": err, "stderr": err} if terminal is None else {
+                "stdin": terminal, "stdout": terminal, "stderr": terminal}
+            proc = subprocess.Popen(cmd or engine_cmd(tasks, tmp_path / "runs", *extra), cwd=ROOT, env=env,
+                                    start_new_session=True, preexec_fn=pre, **streams)  # type: ignore[call-overload]
         started.append(Engine(proc, marker, tmp_path / "runs", log))
         return started[-1]
 
@@ -299,6 +311,46 @@ def test_sighup_to_the_whole_process_group(start_engine: Callable[..., Engine]) 
     took = assert_nothing_left(engine, tree)
     print(f"SIGHUP to the group: the engine exited after {stopped:.2f} s, the rest was gone {took:.2f} s later")
     no_lost_episodes(run_dir)
+
+
+def test_a_lost_terminal_ends_a_run_with_the_monitor_and_resume_completes(
+        start_engine: Callable[..., Engine], tasks: Path, tmp_path: Path) -> None:
+    # Before, `run --tui` in a terminal that went away (a tmux session killed) stopped its workers, then never
+    # exited: the monitor's writer blocked on the dead terminal while its input thread spun, and the run directory
+    # stayed locked, so --resume could not start.
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    cmd = [c for c in engine_cmd(tasks, tmp_path / "runs") if c not in ("--telemetry", "off")] + ["--tui"]
+    engine = start_engine(terminal=follower, cmd=cmd)
+    os.close(follower)
+    screen = bytearray()
+    closing = threading.Event()
+
+    def read_screen() -> None:  # the terminal's window: drawn into, as a terminal emulator would read it
+        with contextlib.suppress(OSError):
+            while not closing.is_set():
+                if select.select([leader], [], [], 0.1)[0]:
+                    screen.extend(os.read(leader, 65536))
+
+    reader = threading.Thread(target=read_screen, daemon=True)
+    reader.start()
+    run_dir = wait_in_flight(engine)
+    tree = process_tree(engine)
+    wait_for(lambda: len(screen) > 1000, 30, "the monitor to draw")
+    closing.set()
+    reader.join()  # no read is left in progress on the terminal, so closing it is final
+    t0 = time.monotonic()
+    os.close(leader)  # the terminal goes away: the kernel hangs up its session (SIGHUP)
+    try:
+        code = engine.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run did not exit within 30 s of losing its terminal")
+    stopped = time.monotonic() - t0
+    assert code == 128 + signal.SIGHUP, (code, bytes(screen[-3000:]).decode(errors="replace"))
+    took = assert_nothing_left(engine, tree)
+    print(f"lost terminal: the engine exited after {stopped:.2f} s, the rest was gone {took:.2f} s later")
+    no_lost_episodes(run_dir)
+    resume_and_check(run_dir, tasks, tmp_path)
 
 
 def test_a_signal_the_engine_ignores_is_ignored_by_its_workers(start_engine: Callable[..., Engine],

@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input
 
 from engine.telemetry.wire import TelemetryMessage
+from tui.driver import HangupSafeDriver
 from tui.feed import Source
 from tui.model import STATE_NAMES, STATES, Cell, MonitorModel
 from tui.widgets import CellGrid, DetailPane, StatsPane
@@ -42,6 +43,7 @@ class MonitorApp(App[None]):
     sub_title: str  # App's reactive, declared for mypy (which does not follow textual: see pyproject)
 
     def __init__(self, source: Source, refresh_hz: float = 10.0, **kw: Any) -> None:
+        kw.setdefault("driver_class", HangupSafeDriver)  # a terminal that goes away cannot hang the process
         super().__init__(**kw)
         self.source = source
         self.model = MonitorModel()

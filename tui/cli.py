@@ -74,6 +74,10 @@ def prepare_in_process() -> None:
     resource_tracker.ensure_running()
 
 
+#: How long a stopped run waits for its monitor to restore the terminal and exit.
+MONITOR_EXIT_S = 5.0
+
+
 async def run_with_tui(engine: Awaitable[T], run_dir: str | Path, stay: bool = True, **app_kw: Any) -> T:
     """Run ``engine`` (the run's coroutine) with the monitor on this terminal, in this process.
 
@@ -96,11 +100,19 @@ async def run_with_tui(engine: Awaitable[T], run_dir: str | Path, stay: bool = T
             app.exit()  # a failed run shows its error, not a frozen screen
         await app_task
         if not task.done():
-            click.echo(f"monitor closed; the run goes on (Ctrl+C interrupts; watch it again with "
-                       f"`webgym-engine monitor {run_dir}`)", err=True)
+            with contextlib.suppress(OSError):  # the monitor may have closed because its terminal went away
+                click.echo(f"monitor closed; the run goes on (Ctrl+C interrupts; watch it again with "
+                           f"`webgym-engine monitor {run_dir}`)", err=True)
         return await task
     except BaseException:
+        # Stopped (Ctrl-C, SIGTERM, or SIGHUP from a terminal that went away): the monitor lets go of the
+        # terminal first, then the run stops. A monitor that cannot finish its shutdown is left behind.
+        app.exit()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+        if not app_task.done():
+            await asyncio.wait({app_task}, timeout=MONITOR_EXIT_S)
+        if not app_task.done():
+            app_task.cancel()
         raise
