@@ -15,8 +15,9 @@ process, on its event loop: their cost counts against the HTTP side (a real clie
 
 Prints steps/s per side, p50/p95 per command (client-side, HTTP round trip included), the PSS of everything that
 serves the leases (the engine process and the browser workers with their Chromium) per lease, the ratio
-http / engine (what the HTTP layer costs) and the ratios to the original server's figures on this machine kind
-(2.6-3.3 steps/s at 8-32 instances, ~300 MiB per instance plus ~3.8 GB of fixed front-end processes).
+http / engine (what the HTTP layer costs) and the ratios to the original server's figures, which were measured
+elsewhere (the original is not in this repository): ``bench/peers/omniboxes.json`` holds them with how and when
+they were measured, and the stored result carries them.
 
     python -m bench.omnibox [--clients 8 32] [--workers 2] [--window 20] [--repeats 1] [--pages plain|light]
                             [--json PATH]
@@ -39,6 +40,7 @@ import aiohttp
 import numpy as np
 
 from bench.ceiling import CLICK, PAGES, stack_cpu
+from bench.suite import machine_facts
 from browserpool.config import WorkerConfig
 from browserpool.memory import pss_bytes, tree_pss_bytes
 from engine.core.config import RunConfig
@@ -51,11 +53,22 @@ from server.app import BrowserServer, ServerConfig
 STEPS_PER_EPISODE = 10  # the original's benchmark (--steps changes it)
 PAGES_DIR = Path(__file__).resolve().parent / "pages"
 PAGE_SETS = {"plain": ["/bench-pages/plain.html"], "light": PAGES}
-# The original server on this machine kind (docs/server.md): steps/s at 8-32 instances, MiB per instance and of
-# its fixed front-end processes.
-ORIGINAL_STEPS_PER_S = (2.6, 3.3)
-ORIGINAL_MIB_PER_INSTANCE = 300.0
-ORIGINAL_FIXED_MIB = 3800.0
+# The original server's figures, measured elsewhere (module docstring).
+ORIGINAL_SERVER = Path(__file__).resolve().parent / "peers" / "omniboxes.json"
+
+
+def original_server() -> dict[str, Any]:
+    """The record of the original server's measurements (``bench/peers/omniboxes.json``)."""
+    record: dict[str, Any] = json.loads(ORIGINAL_SERVER.read_text(encoding="utf-8"))
+    return record
+
+
+def original_steps_per_s(record: dict[str, Any], instances: int | None = None) -> tuple[float, float]:
+    """The lowest and highest steps/s the original measured at ``instances`` (at any count when it has none there,
+    or when ``instances`` is None)."""
+    every = [run["steps_per_s"] for run in record["runs"]]
+    at = [run["steps_per_s"] for run in record["runs"] if run["instances"] == instances]
+    return min(at or every), max(at or every)
 
 
 class Window:
@@ -207,6 +220,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def summarize(args: argparse.Namespace, windows: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians per side and client count, the HTTP layer's cost and the ratios to the original server."""
+    original = original_server()
     per_n = {}
     for n in args.clients:
         def med(side: str, key: str, n: int = n) -> float:
@@ -215,18 +229,21 @@ def summarize(args: argparse.Namespace, windows: list[dict[str, Any]]) -> dict[s
         http, engine = med("http", "steps_per_s"), med("engine", "steps_per_s")
         http_rows = [w for w in windows if w["side"] == "http" and w["clients"] == n]
         mib = med("http", "pss_mib_per_slot")
-        original_mib = ORIGINAL_MIB_PER_INSTANCE + ORIGINAL_FIXED_MIB / n
+        original_mib = max(original["mib_per_instance"]) + original["fixed_mib"] / n
+        lo, hi = original_steps_per_s(original, n)
         per_n[str(n)] = {
             "http_steps_per_s": http, "engine_steps_per_s": engine,
             "http_over_engine": round(http / engine, 3) if engine else 0.0,
-            "x_original": [round(http / ORIGINAL_STEPS_PER_S[1], 1), round(http / ORIGINAL_STEPS_PER_S[0], 1)],
+            "original_steps_per_s": [lo, hi],
+            "x_original": [round(http / hi, 1), round(http / lo, 1)],
             "pss_mib_per_lease": mib, "original_mib_per_instance": round(original_mib),
             "memory_fraction_of_original": round(mib / original_mib, 3),
             "latency_ms": http_rows[-1]["latency_ms"],
         }
     return {"clients": args.clients, "workers": args.workers, "window_s": args.window, "repeats": args.repeats,
             "pages": args.pages,
-            "steps_per_episode": args.steps, "original_steps_per_s": list(ORIGINAL_STEPS_PER_S),
+            "steps_per_episode": args.steps, "original_steps_per_s": list(original_steps_per_s(original)),
+            "original": original,
             "goal": "http >= 10x the original's steps/s; <= 1/4 of its memory per instance",
             "results": per_n, "windows": windows}
 
@@ -246,11 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--steps must be at least {STEPS_PER_EPISODE}")
     import uvloop
 
-    result = uvloop.run(measure(args))
+    machine = machine_facts()  # as it was at the start, not after the load
+    result = {**uvloop.run(measure(args)), "machine": machine}
     for n, r in result["results"].items():
         print(f"{n} clients: HTTP {r['http_steps_per_s']:.2f} steps/s, engine loop {r['engine_steps_per_s']:.2f} "
               f"(http/engine {r['http_over_engine']:.3f}); {r['x_original'][0]}-{r['x_original'][1]}x the original's "
-              f"2.6-3.3 steps/s; {r['pss_mib_per_lease']:.1f} MiB per lease = "
+              f"{r['original_steps_per_s'][0]:g}-{r['original_steps_per_s'][1]:g} steps/s (measured elsewhere); "
+              f"{r['pss_mib_per_lease']:.1f} MiB per lease = "
               f"{100 * r['memory_fraction_of_original']:.0f}% of the original's {r['original_mib_per_instance']} MiB "
               "per instance")
     if args.json:

@@ -301,7 +301,8 @@ def omnibox(d: dict[str, Any]) -> list[str]:
     lines = [f"Each client leases a browser, visits a {d['pages']} page, does {d['steps_per_episode']} x (click + "
              f"screenshot) and resets; the same episodes also run through the engine's own loop on the same core. "
              f"{d['workers']} browser workers, {num_text(d['window_s'])} s windows, "
-             f"{plural(d['repeats'], 'repeat')}. The original server: {lo:g}-{hi:g} steps/s. Goal: {d['goal']}.", ""]
+             f"{plural(d['repeats'], 'repeat')}. The original server: {lo:g}-{hi:g} steps/s"
+             + (f" ({d['original']['measured']})" if d.get("original") else "") + f". Goal: {d['goal']}.", ""]
     lines += table(("clients", "HTTP steps/s", "engine loop steps/s", "HTTP / engine", "x the original",
                     "PSS per lease", "of the original's per instance"),
                    ((c, num_text(r["http_steps_per_s"]), num_text(r["engine_steps_per_s"]),
