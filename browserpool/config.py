@@ -17,8 +17,9 @@ from browserpool.typed_config import ConfigError, check_choices, config_from
 DEFAULT_CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 FULL_CHROMIUM = "/usr/lib/chromium/chromium"
 
-# Flags that keep a headless Chromium quiet and fast on a machine with no outside network.
-CHROMIUM_FLAGS = [
+# Flags that keep a headless Chromium quiet and fast on a machine with no outside network (CHROMIUM_FLAGS, below,
+# adds the feature switches).
+_QUIET_FLAGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -28,12 +29,54 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    # The omnibox WebUI features give every headless window (one per context) its own hidden
-    # renderer process, ~22 MiB each: off.
-    "--disable-features=Translate,MediaRouter,OptimizationHints,"
-    "WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,AutofillServerCommunication",
     "--mute-audio",
 ]
+
+#: The features Playwright (1.65) switches off and on with its own ``--disable-features`` / ``--enable-features``.
+#: Chromium keeps only the last value of a repeated switch, and Playwright puts the caller's flags after its own, so
+#: a ``--disable-features`` of the engine's would silently drop Playwright's list (``PaintHolding``,
+#: ``HttpsUpgrades``, ...): :func:`launch_flags` merges them into one. ``tests/test_chromium_flags.py`` reads a
+#: running browser's command line, so a Playwright release that changes its lists fails there.
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding", "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin", "OptimizationHints",
+    "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch", "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+PLAYWRIGHT_ENABLED_FEATURES = ("CDPScreenshotNewSurface", "SkipListAccountsWithoutGaiaCookies")
+#: Of Playwright's, the one the engine leaves on: third-party storage partitioning is the web's default (Chrome
+#: ships it), and the tab reset clears each partition (browserpool/tab_reset.py). Without it a cross-site frame's
+#: storage would be one store shared by every site that embeds it, and the reset's partition keys are refused.
+ENGINE_KEEPS_ON = ("ThirdPartyStoragePartitioning",)
+#: The engine's own: the omnibox WebUI features give every headless window (one per context) its own hidden
+#: renderer process, ~22 MiB each; the rest phone home.
+ENGINE_DISABLED_FEATURES = ("Translate", "MediaRouter", "OptimizationHints", "WebUIOmniboxPopup",
+                            "WebUIOmniboxAimPopup", "WebUIOmniboxFullPopup", "AutofillServerCommunication")
+_FEATURE_SWITCHES = {"--disable-features": PLAYWRIGHT_DISABLED_FEATURES,
+                     "--enable-features": PLAYWRIGHT_ENABLED_FEATURES}
+
+
+def launch_flags(flags: list[str]) -> list[str]:
+    """``flags`` as Chromium is launched with them: each of ``--disable-features`` and ``--enable-features`` given
+    once, at the end, holding Playwright's names and every value the flags gave it, less :data:`ENGINE_KEEPS_ON`
+    (the comment above :data:`PLAYWRIGHT_DISABLED_FEATURES`)."""
+    out: list[str] = []
+    names: dict[str, dict[str, None]] = {}
+    for flag in flags:
+        switch, eq, value = flag.partition("=")
+        if eq and switch in _FEATURE_SWITCHES:
+            merged = names.setdefault(switch, dict.fromkeys(_FEATURE_SWITCHES[switch]))
+            merged.update(dict.fromkeys(v for v in value.split(",") if v))
+        else:
+            out.append(flag)
+    keep_on = set(ENGINE_KEEPS_ON)
+    return out + [f"{switch}={','.join(n for n in merged if switch != '--disable-features' or n not in keep_on)}"
+                  for switch, merged in names.items()]
+
+
+#: The workers' Chromium flags.
+CHROMIUM_FLAGS = launch_flags([*_QUIET_FLAGS, "--disable-features=" + ",".join(ENGINE_DISABLED_FEATURES)])
 
 
 # The default caps of a Set-of-Marks pass (WorkerConfig.som_max_elements, som_budget_ms).

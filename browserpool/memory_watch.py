@@ -15,7 +15,7 @@ from playwright.async_api import Browser
 from playwright.async_api import Error as PlaywrightError
 
 from browserpool import protocol as P
-from browserpool.config import WorkerConfig
+from browserpool.config import WorkerConfig, launch_flags
 from browserpool.contexts import ContextSlot, Episode
 from browserpool.memory import tree_pss_bytes
 from browserpool.stderr_log import log_line
@@ -132,7 +132,7 @@ class MemoryWatch:
                 async with asyncio.timeout(10):
                     await old.close()
             self.browser = await old.browser_type.launch(
-                executable_path=self.cfg.chromium_path, args=self.cfg.chromium_flags, headless=True)
+                executable_path=self.cfg.chromium_path, args=launch_flags(self.cfg.chromium_flags), headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
             self._chromium_pid = _newest_chromium()
             self.browser_pss = 0  # the old tree's reading; the watch reads the new one at its next check

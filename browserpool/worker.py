@@ -26,7 +26,7 @@ from playwright.async_api import Error as PlaywrightError
 from browserpool import lifeline
 from browserpool import protocol as P
 from browserpool.auth import CURVE_ENV, ClientKeys, KeyFileError
-from browserpool.config import WorkerConfig
+from browserpool.config import WorkerConfig, launch_flags
 from browserpool.consent import consent_script
 from browserpool.contexts import ContextPool, ContextSlot, Episode
 from browserpool.image_ops import _draw_marks as _draw_marks
@@ -111,7 +111,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         pw = await async_playwright().start()
         try:
             self.browser = await pw.chromium.launch(
-                executable_path=cfg.chromium_path, args=cfg.chromium_flags, headless=True)
+                executable_path=cfg.chromium_path, args=launch_flags(cfg.chromium_flags), headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
             self._chromium_pid = _newest_chromium()
             self.browser_pss = await asyncio.to_thread(self._browser_pss)
