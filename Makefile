@@ -53,7 +53,9 @@ $(STAMP): $(SOURCES) $(PACKAGE_DIRS)
 # cache holds the packages) and rebuilt only when what they install changes. Each has the CPU build of torch and
 # this project with its dev extra.
 UV := $(VENV)/bin/uv
-uv_install = VIRTUAL_ENV=$(1) $(UV) pip install -q $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+# uv reads neither pip's configuration nor its variables: it is told where pip finds the CPU build of torch.
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
+uv_install = VIRTUAL_ENV=$(1) $(UV) pip install -q $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
 uv_venv = test -x $(1)/bin/python || $(UV) venv -q -p python3 $(1)
 # AReaL's dependencies are resolved as of its release (its imports break on later litellm releases).
 AREAL_RELEASED := 2026-06-11T00:00:00Z
