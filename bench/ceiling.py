@@ -48,13 +48,15 @@ CLICK = (1275.0, 384.0)  # right margin of the viewport: nothing to activate the
 
 
 async def bare_loop(base: str, n: int, browsers: int, seconds: float, quality: int,
-                    pages: list[str] | None = None, warmup: float = 3.0) -> dict[str, Any]:
-    """CDP input + JPEG screenshot in a tight loop on n pages; steps/s over the window after ``warmup`` s."""
+                    pages: list[str] | None = None, warmup: float = 3.0,
+                    flags: list[str] | None = None) -> dict[str, Any]:
+    """CDP input + JPEG screenshot in a tight loop on n pages; steps/s over the window after ``warmup`` s.
+    ``flags``: Chromium's (default: the workers')."""
     pages = pages or PAGES
     pw = await async_playwright().start()
     try:
-        bs = [await pw.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=CHROMIUM_FLAGS)
-              for _ in range(browsers)]
+        args = CHROMIUM_FLAGS if flags is None else flags
+        bs = [await pw.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=args) for _ in range(browsers)]
 
         async def open_page(i: int) -> Any:
             ctx = await bs[i % browsers].new_context(viewport={"width": 1280, "height": 768})

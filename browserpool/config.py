@@ -19,7 +19,7 @@ FULL_CHROMIUM = "/usr/lib/chromium/chromium"
 
 # Flags that keep a headless Chromium quiet and fast on a machine with no outside network (CHROMIUM_FLAGS, below,
 # adds the feature switches).
-_QUIET_FLAGS = [
+QUIET_FLAGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -76,7 +76,7 @@ def launch_flags(flags: list[str]) -> list[str]:
 
 
 #: The workers' Chromium flags.
-CHROMIUM_FLAGS = launch_flags([*_QUIET_FLAGS, "--disable-features=" + ",".join(ENGINE_DISABLED_FEATURES)])
+CHROMIUM_FLAGS = launch_flags([*QUIET_FLAGS, "--disable-features=" + ",".join(ENGINE_DISABLED_FEATURES)])
 
 
 # The default caps of a Set-of-Marks pass (WorkerConfig.som_max_elements, som_budget_ms).
