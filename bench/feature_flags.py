@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from playwright.async_api import async_playwright
 
 from bench import ceiling
 from bench.ceiling import own_stack_cpu
-from bench.suite import machine_facts
+from bench.report import row, write_result
 from browserpool import config
 from browserpool.config import DEFAULT_CHROMIUM
 from engine.sites.server import SiteServer
@@ -89,8 +88,24 @@ async def measure(rounds: int, seconds: float) -> dict[str, Any]:
                for side, rs in runs.items()}
     ratios = {key: round(summary["new"][key]["median"] / summary["old"][key]["median"], 3)
               for key in summary["new"]}
-    return {"rounds": rounds, "seconds": seconds, "flags": SIDES, "summary": summary, "new_over_old": ratios,
-            "runs": runs}
+    return {"summary": summary, "new_over_old": ratios, "runs": runs}
+
+
+def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline figures: each side's medians, and new / old."""
+    rows = []
+    for side, label in (("old", "the engine's switch alone (old)"), ("new", "merged switches (new)")):
+        s = result["summary"][side]
+        rows += [row(f"{label}: steps/s, click + screenshot", s["steps_per_s"]["median"], "steps/s"),
+                 row(f"{label}: Chromium CPU per click + screenshot", s["chromium_ms_per_step"]["median"], "ms"),
+                 row(f"{label}: page loads/s", s["loads_per_s"]["median"], "loads/s"),
+                 row(f"{label}: Chromium CPU per page load", s["chromium_ms_per_load"]["median"], "ms")]
+    ratios = result["new_over_old"]
+    rows += [row("new / old: Chromium CPU per click + screenshot", ratios["chromium_ms_per_step"], "x", "<= 1",
+                 ratios["chromium_ms_per_step"] <= 1),
+             row("new / old: Chromium CPU per page load", ratios["chromium_ms_per_load"], "x", "<= 1",
+                 ratios["chromium_ms_per_load"] <= 1)]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,15 +114,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    machine = machine_facts()
-    result = {**asyncio.run(measure(args.rounds, args.seconds)), "machine": machine}
+    result = asyncio.run(measure(args.rounds, args.seconds))
     for side, s in result["summary"].items():
         print(f"{side}: {s['steps_per_s']['median']} steps/s, {s['chromium_ms_per_step']['median']} ms of Chromium "
               f"per click + screenshot; {s['loads_per_s']['median']} loads/s, {s['chromium_ms_per_load']['median']} ms "
               "per load (medians)")
     print("new / old:", result["new_over_old"])
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        config_ = {"rounds": args.rounds, "seconds": args.seconds, "flags": SIDES}
+        notes = ["Rounds alternate which flags go first; the figures are medians over the rounds (min and max in "
+                 "`summary_by_side`)."]
+        write_result(args.json, "feature_flags", config_, summary_rows(result), [], notes,
+                     summary_by_side=result["summary"], new_over_old=result["new_over_old"], runs=result["runs"])
 
 
 if __name__ == "__main__":
