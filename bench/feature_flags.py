@@ -101,10 +101,9 @@ def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                  row(f"{label}: page loads/s", s["loads_per_s"]["median"], "loads/s"),
                  row(f"{label}: Chromium CPU per page load", s["chromium_ms_per_load"]["median"], "ms")]
     ratios = result["new_over_old"]
-    rows += [row("new / old: Chromium CPU per click + screenshot", ratios["chromium_ms_per_step"], "x", "<= 1",
-                 ratios["chromium_ms_per_step"] <= 1),
-             row("new / old: Chromium CPU per page load", ratios["chromium_ms_per_load"], "x", "<= 1",
-                 ratios["chromium_ms_per_load"] <= 1)]
+    # No goal: the merge is a correctness fix (Playwright's switches were dropped); the ratios say what it costs.
+    rows += [row("new / old: Chromium CPU per click + screenshot", ratios["chromium_ms_per_step"], "x"),
+             row("new / old: Chromium CPU per page load", ratios["chromium_ms_per_load"], "x")]
     return rows
 
 
