@@ -154,7 +154,9 @@ async def test_insecure_tcp_worker(site_server: str, shared_memory: bool) -> Non
         await serve_one_episode(pool, site_server + "/wiki/", inline=not shared_memory)
         # Its browser's memory comes in its heartbeats: the engine knows no pid of it to read.
         assert await until(lambda: pool.browser_pss > 0, 15.0)
-        assert handle.browser_pss == pool.browser_pss and 20 * 2**20 < pool.browser_pss < 4 * 2**30
+        # A plausible Chromium's: PSS splits shared pages among every Chromium on the machine, so under the parallel
+        # suite's load a lone browser with one page measured 19.8 MiB.
+        assert handle.browser_pss == pool.browser_pss and 8 * 2**20 < pool.browser_pss < 4 * 2**30
         assert pool.peak_browser_pss >= pool.browser_pss
     finally:
         await pool.close()
