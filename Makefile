@@ -3,6 +3,8 @@
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
+# This pin installs a CPU build here (all three environments); an unpinned torch pulls gigabytes of CUDA packages.
+TORCH   := torch==2.13.0
 APT_PKGS := chromium chromium-headless-shell libturbojpeg0-dev cmake gcc
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/_imgcodec/*.h engine/_filewrite/*.c)
 # The editable install maps each module to its file: a module added, moved or removed (its folder's time changes)
@@ -43,8 +45,7 @@ system:
 $(STAMP): $(SOURCES) $(PACKAGE_DIRS)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
-	# This pin installs a CPU build here; an unpinned torch pulls gigabytes of CUDA packages.
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf,trl,ray]'
 	@touch $@
 
@@ -56,7 +57,9 @@ UV := $(VENV)/bin/uv
 # uv reads neither pip's configuration nor its variables: it is told where pip finds the CPU build of torch.
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
 uv_install = VIRTUAL_ENV=$(1) $(UV) pip install -q $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
-uv_venv = test -x $(1)/bin/python || $(UV) venv -q -p python3 $(1)
+# A framework environment: the venv, the CPU build of torch, and what this project builds with.
+uv_env = (test -x $(1)/bin/python || $(UV) venv -q -p python3 $(1)) && \
+         $(call uv_install,$(1)) $(TORCH) "scikit-build-core>=0.10"
 # AReaL's dependencies are resolved as of its release (its imports break on later litellm releases).
 AREAL_RELEASED := 2026-06-11T00:00:00Z
 
@@ -64,16 +67,14 @@ frameworks: .venv-verl/.installed .venv-areal/.installed
 
 # veRL with its verl-core extra (the pyproject.toml extra `verl`), which installs on the CPU build of torch.
 .venv-verl/.installed: $(SOURCES) $(PACKAGE_DIRS) | $(STAMP)
-	@$(call uv_venv,.venv-verl)
-	$(call uv_install,.venv-verl) torch==2.13.0 "scikit-build-core>=0.10"
+	$(call uv_env,.venv-verl)
 	$(call uv_install,.venv-verl) --no-build-isolation -e '.[dev,verl]'
 	@touch $@
 
 # AReaL without its declared dependencies (they pin torch<2.11, a CUDA build of several GB, and pull agent
 # frameworks its workflow never imports); tests/frameworks/areal.txt lists what its workflow and proxy import.
 .venv-areal/.installed: $(SOURCES) $(PACKAGE_DIRS) tests/frameworks/areal.txt tests/frameworks/areal.nodeps.txt | $(STAMP)
-	@$(call uv_venv,.venv-areal)
-	$(call uv_install,.venv-areal) torch==2.13.0 "scikit-build-core>=0.10"
+	$(call uv_env,.venv-areal)
 	$(call uv_install,.venv-areal) --exclude-newer $(AREAL_RELEASED) -r tests/frameworks/areal.txt
 	$(call uv_install,.venv-areal) --no-build-isolation -e '.[dev]'
 	$(call uv_install,.venv-areal) --no-deps -r tests/frameworks/areal.nodeps.txt

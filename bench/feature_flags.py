@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import statistics
 import time
 from pathlib import Path
@@ -50,8 +51,10 @@ async def page_loads(base: str, flags: list[str], seconds: float, tabs: int = 8)
 
         async def loop(i: int, page: Any) -> None:
             nonlocal count
-            while time.monotonic() < stop:
-                await page.goto(base + ceiling.PAGES[(i + count) % len(ceiling.PAGES)], wait_until="load")
+            for k in itertools.count(i):  # each tab through the pages, from its own
+                if time.monotonic() >= stop:
+                    return
+                await page.goto(base + ceiling.PAGES[k % len(ceiling.PAGES)], wait_until="load")
                 await page.goto("about:blank")
                 count += 2
 

@@ -32,6 +32,7 @@ from bench.render import (
 )
 from bench.render import value_text as _value_text
 from bench.suite import num_text
+from bench.test_time import FRAMEWORK_PHASES
 
 _NBSP = "\u00a0"  # joins the words of one figure while wrapping; a plain space in the output
 
@@ -601,7 +602,7 @@ def test_time(store: Store) -> list[str]:
     def count(key: str) -> int:
         return sum(int(p[key]) for p in phases.values())
 
-    frameworks = [name for name in ("verl", "areal") if name in phases]
+    frameworks = [name for name in FRAMEWORK_PHASES if name in phases]  # a result stored before they ran has none
     then = (f", then {seconds('then the veRL')} for the veRL and AReaL tests in their own environments"
             if frameworks else "")
     return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "

@@ -45,9 +45,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 from browserpool.net_addresses import _DEFAULT_PORTS, IPAddress, IPNetwork, _ip, _norm_host, _split_host_port
+from browserpool.protocol import NetSettings
 
 # Names imported "as" themselves are re-exported: they lived here, and code elsewhere imports them from here.
-from browserpool.protocol import NetSettings
 from browserpool.proxy import DNS_LOOKUPS_PER_CONTEXT as DNS_LOOKUPS_PER_CONTEXT
 from browserpool.proxy import MAX_INTERIM_HEADS as MAX_INTERIM_HEADS
 from browserpool.proxy import ContextProxy as ContextProxy

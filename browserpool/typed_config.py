@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -57,12 +58,18 @@ def _listed(hint: Any) -> str:
     return ", ".join([*flags, *map(str, choices_of(hint))])
 
 
+@functools.cache
+def _choice_fields(cls: Any) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
+    """The fields of ``cls`` that have choices: (name, type hint, choices), read once per class."""
+    return tuple((name, hint, allowed) for name, hint in typing.get_type_hints(cls).items()
+                 if (allowed := choices_of(hint)))
+
+
 def check_choices(obj: Any, source: str = "") -> None:
     """Raise :class:`ConfigError` for a ``Literal`` field of the dataclass ``obj`` that holds none of its choices."""
-    for name, hint in typing.get_type_hints(type(obj)).items():
-        allowed = choices_of(hint)
+    for name, hint, allowed in _choice_fields(obj.__class__):
         value = getattr(obj, name, None)
-        if allowed and value not in allowed and not _allows(hint, value):
+        if value not in allowed and not _allows(hint, value):
             prefix = f"{source}: " if source else ""
             raise ConfigError(f"{prefix}{name}: must be one of {_listed(hint)}, got {value!r}")
 

@@ -35,7 +35,7 @@ from cli.progress import show_progress, summary_table
 from cli.serve import serve as serve_cmd
 from cli.tasks import tasks as tasks_group
 from cli.workers import workers_cmd
-from engine.agent.model_api import SamplingParams
+from engine.agent.model_api import LOGPROBS_KINDS, SamplingParams
 from engine.agent.policy_api import Policy
 from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
 from engine.clients.runner import load_task_source, run
@@ -111,7 +111,7 @@ def main() -> None:
               help="Also write the summary as JSON here.")
 @click.option("--retry-lost", type=click.IntRange(0), default=run_default("retry_lost"), show_default=True,
               help="Restarts of an episode whose browser worker died.")
-@click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
+@click.option("--split", type=click.Choice(["train", "test"]), default=run_default("split"), show_default=True,
               help="Step caps by difficulty: train 10/20/30, test 30/50/70.")
 @click.option("--step-caps", type=str, default=None, metavar="EASY,MEDIUM,HARD",
               help="Steps allowed per difficulty in this run, instead of the split's (e.g. 5,10,15).")
@@ -130,11 +130,11 @@ def main() -> None:
 @click.option("--base-url", default=None, help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--api-key-env", default=run_default("api_key_env"), show_default=True,
               help="openai: environment variable that holds the API key.")
-@click.option("--image-transport", type=click.Choice(["data_url", "file_url"]), default="data_url",
+@click.option("--image-transport", type=click.Choice(["data_url", "file_url"]), default=run_default("image_transport"),
               show_default=True, help="openai: send screenshots inline, or as file URLs of the run directory.")
 @click.option("--token-ids", is_flag=True,
               help="openai: ask the server (vLLM) for the generated token ids as well as their log-probabilities.")
-@click.option("--logprobs-of", type=click.Choice(["model", "temperature", "sampler"]), default=None,
+@click.option("--logprobs-of", type=click.Choice(LOGPROBS_KINDS), default=None,
               help="openai: what the server's log-probabilities are of: model (vLLM's default raw_logprobs), "
                    "temperature (SGLang's default), sampler (after truncation). Unset: unknown, and GRPO refuses them.")
 @click.option("--request-timeout", type=float, default=run_default("request_timeout"), show_default=True,

@@ -142,8 +142,9 @@ def net_policy_options(f: F) -> F:
     ])
 
 
-def net_settings(*, net_policy: bool = True, allow_private_network: bool = False, net_allow: tuple[str, ...] = (),
-                 net_deny: tuple[str, ...] = ()) -> NetSettings:
+def net_settings(*, net_policy: bool = default_of(NetSettings, "enabled"),
+                 allow_private_network: bool = default_of(NetSettings, "allow_private_network"),
+                 net_allow: tuple[str, ...] = (), net_deny: tuple[str, ...] = ()) -> NetSettings:
     """The network policy :func:`net_policy_options` give; a bad --net-allow / --net-deny entry fails here, before
     anything starts (even with --no-net-policy: the entries are the user's, whether used or not)."""
     from browserpool.netpolicy import NetPolicy

@@ -49,7 +49,8 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
 @click.option("--sites", is_flag=True, help="Also serve the bundled sites (their URL is printed).")
 @click.option("--max-connections", type=click.IntRange(1), default=serve_default("max_connections"), show_default=True,
               help="Client connections open at once; one more gets a 503 and is closed.")
-@click.option("--screenshot-format", type=click.Choice(["jpeg", "png"]), default="jpeg", show_default=True,
+@click.option("--screenshot-format", type=click.Choice(["jpeg", "png"]), default=serve_default("screenshot_format"),
+              show_default=True,
               help="/screenshot's format when a request does not ask (format=png).")
 @click.option("--chromium", default=serve_default("chromium"), show_default=True, help="Chromium executable.")
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=serve_default("jpeg_quality"), show_default=True)

@@ -255,3 +255,13 @@ async def test_json_the_engine_writes_beyond_msgspec_reads(real_run: Path) -> No
     record["format_version"] = FORMAT_VERSION + 1
     with pytest.raises(RecordFormatError, match="newer webgym-engine"):
         decode_record(json.dumps(record).encode())
+
+
+def test_every_browser_error_kind_has_its_record_kind() -> None:
+    # RecordErrorKind writes browser_<kind> by hand: a new ErrorKind without its member would make an episode whose
+    # browser operation failed with it end in a ValueError instead of its error record.
+    from browserpool.protocol import ErrorKind
+    from engine.store.records import RecordErrorKind
+
+    assert {RecordErrorKind.of_browser(kind).value for kind in ErrorKind} == {
+        k.value for k in RecordErrorKind if k.value.startswith("browser_")}

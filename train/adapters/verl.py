@@ -163,10 +163,8 @@ class WebAgentLoopMixin:
             "multi_modal_data": None,
             "reward_score": episode.reward,
             "num_turns": 1,
-            "extra_fields": {"task_id": episode.task_id, "episode_id": episode.episode_id, "step": 0,
-                             "action": None, "parse_error": None, "ended_at_open": True,
-                             "reward_extra_info": {"episode_status": (episode.record or {}).get("status"),
-                                                   "env_reward": episode.reward}},
+            "extra_fields": {**_step_fields(episode, 0, None, None), "ended_at_open": True,
+                             "reward_extra_info": _reward_info(episode)},
         }
         return self.make_output(fields, {"generate_sequences": 0.0, "num_preempted": -1})
 
@@ -175,11 +173,9 @@ class WebAgentLoopMixin:
         step = episode.steps[index]
         reply, last = step.reply, index == len(episode.steps) - 1
         response = (reply.token_ids or [])[:response_length]
-        extra: dict[str, Any] = {"task_id": episode.task_id, "episode_id": episode.episode_id, "step": index,
-                                 "action": step.info.get("action"), "parse_error": step.info.get("parse_error")}
+        extra = _step_fields(episode, index, step.info.get("action"), step.info.get("parse_error"))
         if last:
-            extra["reward_extra_info"] = {"episode_status": (episode.record or {}).get("status"),
-                                          "env_reward": episode.reward}
+            extra["reward_extra_info"] = _reward_info(episode)
         fields = {
             "prompt_ids": reply.extra["prompt_ids"],
             "response_ids": response,
@@ -194,6 +190,17 @@ class WebAgentLoopMixin:
         metrics = {"generate_sequences": reply.extra["generate_s"],
                    "num_preempted": preempted if preempted is not None else -1}
         return self.make_output(fields, metrics)
+
+
+def _step_fields(episode: Episode, index: int, action: Any, parse_error: Any) -> dict[str, Any]:
+    """The ``extra_fields`` every output carries: which task, episode and step, and what the step did."""
+    return {"task_id": episode.task_id, "episode_id": episode.episode_id, "step": index, "action": action,
+            "parse_error": parse_error}
+
+
+def _reward_info(episode: Episode) -> dict[str, Any]:
+    """The last output's ``reward_extra_info``: how the episode ended, and its reward."""
+    return {"episode_status": (episode.record or {}).get("status"), "env_reward": episode.reward}
 
 
 def _make_agent_loop() -> type:
