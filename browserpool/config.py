@@ -138,6 +138,10 @@ class WorkerConfig:
     context_memory_mib: int = 512
     browser_memory_mib: int = 8192
     memory_check_s: float = 5.0
+    # The in-episode bound (browserpool.renderer_watch; 0: off): every page_memory_check_s, a renderer holding more
+    # private resident memory than page_memory_mib is ended and its episode recorded ``page_memory``.
+    page_memory_mib: int = 1024
+    page_memory_check_s: float = 0.05
     # The shared-memory ring's name; the pool names its workers' rings (browserpool.instance) so that stale
     # ones can be told from live ones. None: a name of the worker's own choosing (hand-started workers).
     shm_name: str | None = None

@@ -1,4 +1,5 @@
-"""The worker's memory watch: the browser's PSS read for the heartbeats, a context whose JS heap grew past
+"""The worker's memory watch: a renderer past ``page_memory_mib`` ended while its episode runs
+(:mod:`browserpool.renderer_watch`), the browser's PSS read for the heartbeats, a context whose JS heap grew past
 ``context_memory_mib`` not reused, and a browser past ``browser_memory_mib`` drained and recycled (closed and
 launched anew) once no episode is live (``MemoryWatch``, a part of :class:`browserpool.worker.BrowserWorker`)."""
 
@@ -18,6 +19,7 @@ from browserpool import protocol as P
 from browserpool.config import WorkerConfig, launch_flags
 from browserpool.contexts import ContextSlot, Episode
 from browserpool.memory import tree_pss_bytes
+from browserpool.renderer_watch import MemoryKill, RendererWatch
 from browserpool.stderr_log import log_line
 from browserpool.timing import _ms
 
@@ -35,6 +37,7 @@ class MemoryWatch:
         browser_recycles: int
         browser_pss: int
         contexts_over_memory: int
+        renderer_watch: RendererWatch | None
         _recycling: bool
         _browser_ready: asyncio.Event
         _chromium_pid: int
@@ -65,6 +68,29 @@ class MemoryWatch:
         log_line(f"worker {self.cfg.worker_id}: a context's heap is {used / 2**20:.0f} MiB, over the "
                  f"{cap} MiB cap: discarded, not reused")
         return True
+
+    def _start_renderer_watch(self) -> None:
+        """End a renderer holding more than ``page_memory_mib`` (unless 0), checked every ``page_memory_check_s``;
+        the watch follows the browser across a recycle."""
+        if self.cfg.page_memory_mib > 0:
+            self.renderer_watch = RendererWatch(self.cfg.page_memory_mib << 20, self.cfg.page_memory_check_s,
+                                                lambda: self._chromium_pid, self._log_memory_kill)
+            self.renderer_watch.start()
+
+    def _log_memory_kill(self, kill: MemoryKill) -> None:
+        log_line(f"worker {self.cfg.worker_id}: a renderer held {kill.held_bytes / 2**20:.0f} MiB, over the "
+                 f"{self.cfg.page_memory_mib} MiB page cap: ended (pid {kill.pid})")
+
+    async def _page_memory_kill(self, ep: Episode | None) -> MemoryKill | None:
+        """The watch's kill that made an operation of ``ep`` fail, if any: its page's renderer died just after
+        one. An operation can fail before the crash is reported (a capture cut short), so the report is given a
+        moment."""
+        if self.renderer_watch is None or not self.renderer_watch.kills or ep is None or ep.slot.page is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await ep.page.crashed.wait()
+        return self.renderer_watch.kill_before(ep.page.crashed_at) if ep.page.crashed.is_set() else None
 
     def _browser_pss(self) -> int:
         """PSS of the browser's process tree (blocking: run in a thread)."""

@@ -97,6 +97,9 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
         self._nav_changed = asyncio.Event()
         self._loader_id: str | None = None  # loader of the main frame's committed document
         self.closed = asyncio.Event()  # the tab closed (its page's own window.close(), or its context's end)
+        self.crashed = asyncio.Event()  # its renderer died (e.g. ended by the worker's memory watch: renderer_watch)
+        self.crashed_at = 0.0  # when (time.monotonic)
+        self._operations: set[asyncio.Task[Any]] = set()  # under way (cancelled if the renderer dies)
         cdp.on("Page.frameStartedLoading", self._on_started)
         cdp.on("Page.frameStoppedLoading", self._on_stopped)
         cdp.on("Page.frameNavigated", self._on_navigated)
@@ -116,6 +119,7 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
         tree = await cdp.send("Page.getFrameTree")
         ep = cls(page, cdp, cfg, tree["frameTree"]["frame"]["id"], events, policy)
         page.on("close", lambda _page: ep._on_closed())
+        page.on("crash", lambda _page: ep._on_crashed())
         info = (await cdp.send("Target.getTargetInfo"))["targetInfo"]
         ep.target_id, ep.context_id = str(info.get("targetId", "")), str(info.get("browserContextId", ""))
         # Sent together (one round trip): a chooser is cancelled as it opens; the permissions are denied for

@@ -1,5 +1,5 @@
 """The errors of an episode's tab: what the worker answers a request with when an operation cannot be carried out
-(refused), when the page stops answering (hung), and when the tab closed under it."""
+(refused), when the page stops answering (hung), when the tab closed under it, and when its renderer died."""
 
 from __future__ import annotations
 
@@ -14,3 +14,7 @@ class TabClosed(Exception):
 
 class PageHung(Exception):
     """The page stopped answering (e.g. JavaScript in an endless loop)."""
+
+
+class PageCrashed(Exception):
+    """The tab's renderer died (the worker's memory watch ended it, or it crashed): no operation can run on it."""

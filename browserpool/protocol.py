@@ -234,6 +234,7 @@ class ErrorKind(StrEnum):
     NO_EPISODE = "no_episode"  # the episode has no page on this worker
     BROWSER = "browser"  # the browser crashed or disconnected
     TOO_LARGE = "too_large"  # the reply would exceed MAX_MESSAGE_BYTES (a page's huge value): not sent
+    PAGE_MEMORY = "page_memory"  # the page's renderer grew past page_memory_mib and was ended; its context discarded
     INTERNAL = "internal"
 
 
@@ -242,6 +243,7 @@ ERR_HUNG = ErrorKind.HUNG
 ERR_NO_EPISODE = ErrorKind.NO_EPISODE
 ERR_BROWSER = ErrorKind.BROWSER
 ERR_TOO_LARGE = ErrorKind.TOO_LARGE
+ERR_PAGE_MEMORY = ErrorKind.PAGE_MEMORY
 ERR_INTERNAL = ErrorKind.INTERNAL
 
 

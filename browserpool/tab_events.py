@@ -1,24 +1,28 @@
 """What an episode's tab reports over CDP and how the worker answers it: loads and navigations (the state the
 settle check waits on; every committed main-frame document checked), window opens (one adopted, the rest closed),
-downloads refused, dialogs dismissed, file choosers cancelled, the tab closing (``TabEvents``, a part of
-:class:`browserpool.page.EpisodePage`)."""
+downloads refused, dialogs dismissed, file choosers cancelled, the tab closing, its renderer dying (``TabEvents``, a
+part of :class:`browserpool.page.EpisodePage`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from playwright.async_api import CDPSession
 from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
 from browserpool.event_log import EventLog
-from browserpool.page_errors import TabClosed
+from browserpool.page_errors import PageCrashed, TabClosed
 from browserpool.tab_reset import _site_candidates
 
 if TYPE_CHECKING:
     from browserpool.netpolicy import NetPolicy
+
+T = TypeVar("T")
 
 # Main-frame documents that are not refused after the fact: the blank page, error pages (a refused or
 # failed load shows one) and blob: documents (the page's own content, same origin).
@@ -46,6 +50,9 @@ class TabEvents:
         announced_popups: int
         url: str
         closed: asyncio.Event
+        crashed: asyncio.Event
+        crashed_at: float
+        _operations: set[asyncio.Task[Any]]
         _acting: bool
         _adopt: str | None
         _dialogs: int
@@ -66,11 +73,42 @@ class TabEvents:
         self._stopped.set()
         self._nav_changed.set()
 
+    def _on_crashed(self) -> None:
+        # The renderer died (the memory watch ended it, or it crashed). A command already sent over the tab's CDP
+        # session would wait out its own timeout (a capture: 10 s), so the operation under way is cancelled.
+        self.crashed_at = time.monotonic()
+        self.crashed.set()
+        self._stopped.set()
+        self._nav_changed.set()
+        for op in self._operations:
+            op.cancel()
+
+    async def unless_crashed(self, operation: Coroutine[Any, Any, T]) -> T:
+        """Run an operation on the tab; :class:`PageCrashed` as soon as its renderer dies (at once if it has)."""
+        if self.crashed.is_set():
+            operation.close()
+            raise PageCrashed(f"the page's renderer died ({self.url[:200]})")
+        task = asyncio.ensure_future(operation)
+        self._operations.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if self.crashed.is_set() and me is not None and not me.cancelling():  # the crash's cancel, not ours
+                raise PageCrashed(f"the page's renderer died ({self.url[:200]})") from None
+            raise
+        finally:
+            self._operations.discard(task)
+            if not task.done():  # this request itself was cancelled: so is its operation
+                task.cancel()
+
     async def tab_closed(self) -> bool:
         """Whether the tab is closed, asked after an operation failed: the closing can fail an operation before
         Playwright reports it, so a tab that does not answer is given a moment to."""
         if self.closed.is_set():
             return True
+        if self.crashed.is_set():
+            return False  # its renderer is gone, the tab is not: the operation failed for that
         try:
             async with asyncio.timeout(2.0):
                 await self.cdp.send("Runtime.evaluate", {"expression": "0"})

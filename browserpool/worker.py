@@ -37,6 +37,7 @@ from browserpool.observe import Observer
 from browserpool.page import EpisodePage
 from browserpool.page_errors import ActionRefused, PageHung, TabClosed
 from browserpool.proxy import RESOLVER_THREADS
+from browserpool.renderer_watch import RendererWatch
 from browserpool.request_rules import RequestRules
 from browserpool.shm import SlotRing
 from browserpool.stderr_log import log_line
@@ -89,6 +90,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         self.browser_recycles = 0
         self.browser_pss = 0  # bytes, at the last memory check (0: none yet); sent in every heartbeat
         self.contexts_over_memory = 0  # contexts discarded after their episode for their JS heap
+        self.renderer_watch: RendererWatch | None = None  # made for the browser's root once it is known
         self._recycling = False
         self._browser_ready = asyncio.Event()  # cleared while the browser is being recycled
         self._browser_ready.set()
@@ -114,6 +116,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
                 executable_path=cfg.chromium_path, args=launch_flags(cfg.chromium_flags), headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
             self._chromium_pid = _newest_chromium()
+            self._start_renderer_watch()
             self.browser_pss = await asyncio.to_thread(self._browser_pss)
             await self._send(P.Hello(cfg.worker_id, os.getpid(), socket.gethostname(), self._chromium_pid,
                                      self.browser.version, self.ring.name, cfg.slot_count, cfg.slot_size))
@@ -129,6 +132,8 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
     async def _cleanup(self, pw: Any) -> None:
         for t in list(self._tasks):
             t.cancel()
+        if self.renderer_watch is not None:
+            self.renderer_watch.stop()
         with contextlib.suppress(Exception):
             if self.browser and not self.browser_lost:
                 async with asyncio.timeout(10):
@@ -230,6 +235,11 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         except Exception as exc:  # noqa: BLE001 - every request must get an answer
             if self.browser_lost:
                 reply = P.Reply(req.req_id, False, None, "the browser process died", P.ERR_BROWSER)
+            elif (kill := await self._page_memory_kill(self.episodes.get(req.episode_id))) is not None:
+                await self._discard(req.episode_id)
+                reply = P.Reply(req.req_id, False, None, f"the page's renderer held {kill.held_bytes / 2**20:.0f} "
+                                f"MiB, over the {self.cfg.page_memory_mib} MiB page cap: it was ended, and its "
+                                "context discarded", P.ERR_PAGE_MEMORY)
             else:
                 reply = P.Reply(req.req_id, False, None, f"{type(exc).__name__}: {exc}", P.ERR_INTERNAL)
         finally:
@@ -264,7 +274,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
             if ep.page.closed.is_set():  # the page closed its tab since the last operation
                 await self._reopen_tab(ep)
             try:
-                return await self._episode_op(ep, operation)
+                return await ep.page.unless_crashed(self._episode_op(ep, operation))
             except (TabClosed, PlaywrightError):
                 if not await ep.page.tab_closed():
                     raise

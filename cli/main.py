@@ -194,6 +194,10 @@ def main() -> None:
               show_default=True,
               help="A browser context whose page's JS heap is above this when its episode ends is discarded, not "
                    "reused. 0: off.")
+@click.option("--page-memory-mib", type=click.IntRange(0), default=run_default("page_memory_mib"),
+              show_default=True,
+              help="A page's renderer holding more private memory than this while its episode runs is ended, and "
+                   "the episode recorded as an error of kind page_memory. 0: off.")
 @click.option("--browser-memory-mib", type=click.IntRange(0), default=run_default("browser_memory_mib"),
               show_default=True,
               help="A browser whose process tree (PSS) is above this is recycled between episodes. 0: off.")
@@ -258,7 +262,8 @@ def run_cmd(**opts: Any) -> None:
             policy_concurrency=o.policy_concurrency,
             worker=WorkerConfig(endpoint="", chromium_path=o.chromium, jpeg_quality=o.jpeg_quality,
                                 settle_timeout_s=o.settle_timeout, context_memory_mib=o.context_memory_mib,
-                                browser_memory_mib=o.browser_memory_mib, net=net, proxies=proxies,
+                                browser_memory_mib=o.browser_memory_mib, page_memory_mib=o.page_memory_mib,
+                                net=net, proxies=proxies,
                                 request_rules=[str(Path(r).resolve()) for r in o.request_rules],
                                 user_agent=o.user_agent, consent=o.consent),
             reward=o.reward, secret_env=tuple(dict.fromkeys(["OPENAI_API_KEY", o.api_key_env])),

@@ -68,6 +68,7 @@ OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
         "domain_limit": (RunConfig, "domain_limit"), "domain_rate": (RunConfig, "domain_rate"),
         "blocklist_path": (RunConfig, "blocklist"),
         "context_memory_mib": (WorkerConfig, "context_memory_mib"),
+        "page_memory_mib": (WorkerConfig, "page_memory_mib"),
         "browser_memory_mib": (WorkerConfig, "browser_memory_mib"), "user_agent": (WorkerConfig, "user_agent"),
         "consent": (WorkerConfig, "consent"),
         "interaction": (AgentConfig, "interaction"), "coords": (AgentConfig, "coords"),

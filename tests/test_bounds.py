@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
@@ -24,6 +25,7 @@ from browserpool.config import WorkerConfig
 from browserpool.page import TITLE_CHARS
 from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.protocol import ERR_TOO_LARGE, BrowserAction
+from browserpool.renderer_watch import ProcessTree, private_resident_bytes
 from browserpool.worker import BrowserWorker
 from engine.agent.model_api import ChatRequest, Generation, LanguageModel
 from engine.agent.policy_api import Policy
@@ -44,6 +46,7 @@ from tests.conftest import inproc_pool, open_session, subset
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 HEAP_CAP_MIB = 32  # the heap-hog page keeps ~48 MB alive; a plain page uses 2-3 MB
+PAGE_CAP_MIB = 256  # the memory-hog page writes 64 MiB every 100 ms up to 1.5 GB; a fresh renderer holds ~15 MiB
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -319,6 +322,67 @@ async def test_a_context_over_the_heap_cap_is_replaced_not_reused(
     # several contexts, so under load the fresh context's page can land in the hog's process and read its heap.
     assert over[:3] == [0, 0, 1]
     assert hog not in [slot.context for slot in worker.idle]
+
+
+class TreeMemory:
+    """Samples the private resident memory of a process tree every 10 ms in a thread: its first reading and its
+    peak (bytes)."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.tree = ProcessTree(root_pid)
+        self.first = self.peak = self._read()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _read(self) -> int:
+        self.tree.refresh()
+        return sum(private_resident_bytes(pid) for pid in self.tree.members)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, self._read())
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def page_capped(tmp_path: Path) -> AsyncIterator[tuple[BrowserWorker, BrowserPool]]:
+    """(worker, pool): a worker in this event loop whose renderers are held to PAGE_CAP_MIB while they run."""
+    cfg = WorkerConfig(endpoint="", worker_id="page-capped", page_memory_mib=PAGE_CAP_MIB)
+    async with inproc_pool(f"ipc://{tmp_path}/pool.sock", cfg) as wp:
+        yield wp
+
+
+async def test_a_page_eating_memory_is_ended_at_its_cap_and_the_next_episode_completes(
+        page_capped, tmp_path: Path, fixture_url: Callable[[str], str], site_server: str) -> None:
+    worker, pool = page_capped
+    # Left alone, the hog's renderer grows by 1.5 GB in 2.4 s; the policy waits 8 s on it.
+    hog = a_task("hog", fixture_url("memory_hog.html"), max_steps=10,
+                 solution=[*[{"action": "wait", "seconds": 1.0}] * 8, {"action": "answer", "text": "done"}])
+    # Beside it, an episode in its own context that outlives the hog's; after them, one more.
+    neighbour = a_task("neighbour", fixture_url("click.html"), max_steps=6,
+                       solution=[*[{"action": "wait", "seconds": 1.0}] * 3, {"action": "answer", "text": "done"}])
+    after = a_task("after", fixture_url("click.html"), solution=[{"action": "answer", "text": "done"}])
+    cfg = RunConfig(tasks=str(task_file(tmp_path, hog, neighbour, after)), concurrency=2, workers=1)
+    with TreeMemory(worker._chromium_pid) as memory:
+        stats, records = await run_on(pool, cfg, make_policy("scripted"), site_server, tmp_path / "run")
+    by_id = {r["task"]["task_id"]: r for r in records}
+    assert len(records) == 3 and stats.summary()["lost"] == 0
+    rec = by_id["hog"]
+    assert rec["status"] == "error" and rec["error"]["kind"] == "page_memory", rec["error"]
+    assert f"over the {PAGE_CAP_MIB} MiB page cap" in rec["error"]["message"]
+    growth = memory.peak - memory.first
+    assert growth <= (PAGE_CAP_MIB + 128) << 20, f"the browser's tree grew by {growth / 2**20:.0f} MiB"
+    # The browser lived on: the episode beside the hog's went on, and the next one ran on this worker.
+    assert [by_id[t]["status"] for t in ("neighbour", "after")] == ["success"] * 2, [r["error"] for r in records]
+    assert not worker.browser_lost and worker.renderer_watch is not None and len(worker.renderer_watch.kills) == 1
+    assert_released(worker, pool)
 
 
 async def test_a_browser_over_its_memory_cap_is_recycled_between_episodes(tmp_path: Path, sites: str) -> None:

@@ -79,6 +79,8 @@ class RecordErrorKind(StrEnum):
     BROWSER_BROWSER = "browser_browser"
     BROWSER_TOO_LARGE = "browser_too_large"
     BROWSER_INTERNAL = "browser_internal"
+    # The page's renderer grew past the worker's page_memory_mib while the episode ran, and was ended.
+    PAGE_MEMORY = "page_memory"
     NO_SCREENSHOT = "no_screenshot"  # the worker returned an observation without its frame
     POLICY = "policy"  # the policy raised (or did not start)
     POLICY_TIMEOUT = "policy_timeout"  # one policy call ran past policy_step_timeout_s
@@ -92,7 +94,10 @@ class RecordErrorKind(StrEnum):
 
     @classmethod
     def of_browser(cls, kind: ErrorKind) -> "RecordErrorKind":
-        """The record's kind for a browser operation that failed with ``kind``."""
+        """The record's kind for a browser operation that failed with ``kind`` (``page_memory`` is the page's
+        doing, not the browser's: it keeps its name)."""
+        if kind is ErrorKind.PAGE_MEMORY:
+            return cls.PAGE_MEMORY
         return cls(f"browser_{kind.value}")
 
 
