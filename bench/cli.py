@@ -19,6 +19,7 @@ import click
 from bench.publish import publish, write_summary
 from bench.render import FigureError
 from bench.suite import (
+    QUICK_LIMIT_S,
     SCALES,
     SUITE_NAMES,
     SuiteResult,
@@ -50,7 +51,8 @@ def run_benchmarks(suites: list[str], scale: str, out: Path, repeats: int | None
             write_suite(out, res, machine)
             results.append(res)
             state = f"skipped: {res.skipped}" if res.skipped else f"{len(res.figures)} figures"
-            click.echo(f"[bench] {name}: {state} in {time.monotonic() - t0:.0f} s")
+            click.echo(f"[bench] {name}: {state} in {time.monotonic() - t0:.0f} s (budget "
+                       f"{res.config.get('budget_s', 0):.0f} s)")
     write_summary(out, results, machine, scale)
     if publish_to is not None:
         try:
@@ -63,7 +65,8 @@ def run_benchmarks(suites: list[str], scale: str, out: Path, repeats: int | None
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("suites", nargs=-1, required=True,
                 type=click.Choice([*SUITE_NAMES, "all"], case_sensitive=False))
-@click.option("--quick", is_flag=True, help="Shorter windows and fewer levels: `all` in under 10 minutes on 2 cores.")
+@click.option("--quick", is_flag=True, help=f"Shorter windows and fewer levels: `all` in under "
+              f"{QUICK_LIMIT_S / 60:.0f} minutes on 2 cores (without a GPU: the policy suite runs only on one).")
 @click.option("--tiny", is_flag=True, hidden=True, help="Seconds per suite (the tests' scale).")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Results directory (default: bench-results/<UTC timestamp>/).")

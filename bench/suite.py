@@ -35,6 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # implemented in bench/suites/
 SUITE_NAMES = ("ceiling", "async", "async_live", "scaling", "overhead", "codec", "policy")
 SCALES = ("tiny", "quick", "full")
+#: What ``bench all --quick`` may take on a 2-core machine without a GPU: the suites' budgets are held below it
+#: (tests/test_bench_budget.py), and --help states it.
+QUICK_LIMIT_S = 600.0
 LIBRARIES = ("numpy", "playwright", "pyzmq", "msgpack", "uvloop", "psutil", "torch", "transformers", "matplotlib")
 GOAL_OPS = {">=": lambda v, t: v >= t, "<=": lambda v, t: v <= t, ">": lambda v, t: v > t, "<": lambda v, t: v < t}
 

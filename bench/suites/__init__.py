@@ -3,7 +3,8 @@
 Every suite repeats its measurements ``repeats`` times (interleaving the configurations it compares, so
 that a slow moment of a shared machine hits both sides), and reports each figure as the median with
 min and max. Scales: ``full`` (the published figures; about 80 minutes on 2 cores), ``quick`` (all suites together in
-under 10 minutes on a 2-core machine), ``tiny`` (seconds; the tests run it so that no suite rots).
+under 10 minutes on a 2-core machine: ``bench.suite.QUICK_LIMIT_S``, which the suites' budgets are held to),
+``tiny`` (seconds; the tests run it so that no suite rots).
 
 Page profiles: ``light`` is the bundled sites (a few hundred DOM nodes, a handful of images); ``heavy``
 is ``engine/sites/www/heavy/`` (a shop of 300 products and a news front page of 150 articles, rendered by
@@ -39,6 +40,12 @@ def config_for(suite: str, scale: str, repeats: int | None = None) -> dict[str, 
     return cfg
 
 
+def budget_s(suite: str, scale: str) -> float:
+    """What ``suite`` at ``scale`` takes at most on this machine, from its configuration's windows and ramps
+    (``budget_s`` of its module, priced by ``bench.suites.common``'s time model); 0 for a suite skipped here."""
+    return float(_MODULES[suite].budget_s(config_for(suite, scale)))
+
+
 async def run_suite(name: str, scale: str, out: Path, base: str, repeats: int | None = None) -> SuiteResult:
     """Run one suite at ``scale``; an exception inside it is recorded in the result (``error``), not raised."""
     cfg = config_for(name, scale, repeats)
@@ -51,4 +58,5 @@ async def run_suite(name: str, scale: str, out: Path, base: str, repeats: int | 
         res.notes.append(f"the suite failed: {type(exc).__name__}: {exc}")
         print(f"  {name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
     res.duration_s = time.monotonic() - t0
+    res.config["budget_s"] = round(budget_s(name, scale), 1)
     return res

@@ -49,7 +49,7 @@ import psutil
 
 from bench.async_prediction import EpisodeWork, median_or, planned_work, predict
 from bench.suite import SuiteResult, plot_series
-from bench.suites.common import write_task_mix
+from bench.suites.common import whole_batches_s, write_task_mix
 
 if TYPE_CHECKING:
     from engine.episode.context import Mode
@@ -75,6 +75,12 @@ CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats override
     "tiny": {"concurrency": [2], "episodes_per_slot": 2, "repeats": 1, "workers": 1, "sim_speed": 4.0,
              "step_caps": [3, 3, 3], "timeout_s": 120.0},
 }
+
+
+def budget_s(cfg: dict[str, Any]) -> float:
+    """What a run of ``cfg`` takes at most (bench.suites.common's time model): both modes' whole batches."""
+    return whole_batches_s("local", cfg["episodes_per_slot"], cfg["repeats"] * len(cfg["concurrency"]),
+                           cfg.get("sim_speed", 1.0), cfg.get("step_caps"))
 
 
 def machine_busy(before: Any, after: Any) -> float:

@@ -13,15 +13,22 @@ from typing import Any
 
 from bench import ceiling
 from bench.suite import SuiteResult, plot_series
-from bench.suites.common import page_profile_facts
+from bench.suites.common import PAGE_FACTS_S, bare_loop_s, engine_run_s, page_profile_facts
 
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"profiles": {"light": [8, 16, 32, 64], "heavy": [16, 32]}, "seconds": 10.0, "warmup": 3.0,
              "repeats": 3},
-    "quick": {"profiles": {"light": [16, 32], "heavy": [16]}, "seconds": 5.0, "warmup": 2.0, "repeats": 1},
+    "quick": {"profiles": {"light": [32], "heavy": [16]}, "seconds": 5.0, "warmup": 2.0, "repeats": 1},
     "tiny": {"profiles": {"light": [2]}, "seconds": 1.0, "warmup": 0.5, "repeats": 1, "workers": 1,
              "facts_pages": 1},
 }
+
+
+def budget_s(cfg: dict[str, Any]) -> float:
+    """What a run of ``cfg`` takes at most (bench.suites.common's time model): both sides at every level."""
+    per_repeat = sum(engine_run_s(profile, n, cfg["seconds"]) + bare_loop_s(profile, n, cfg["seconds"], cfg["warmup"])
+                     for profile, levels in cfg["profiles"].items() for n in levels)
+    return PAGE_FACTS_S + cfg["repeats"] * per_repeat
 
 
 async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -> None:

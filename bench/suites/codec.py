@@ -11,12 +11,20 @@ from typing import Any
 from bench import ceiling
 from bench import codec as codec_bench
 from bench.suite import SuiteResult, plot_series
+from bench.suites.common import BARE_LOOP_FIXED_S, OPEN_S_PER_ROLLOUT
 
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"reps": 80, "repeats": 3, "pages": {"light": 6, "heavy": 4}},
     "quick": {"reps": 20, "repeats": 1, "pages": {"light": 6, "heavy": 4}},
     "tiny": {"reps": 2, "repeats": 1, "pages": {"light": 1, "heavy": 1}},
 }
+
+
+def budget_s(cfg: dict[str, Any]) -> float:
+    """What a run of ``cfg`` takes at most: the screenshots (a browser, each page loaded), then per repeat ``reps``
+    rounds of every operation and library on them (0.2 s a round in the quick run of 2026-12-04)."""
+    pages = sum(cfg["pages"].values())
+    return BARE_LOOP_FIXED_S + OPEN_S_PER_ROLLOUT["heavy"] * pages + cfg["repeats"] * cfg["reps"] * 0.2
 
 
 async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -> None:

@@ -1,5 +1,5 @@
-"""What several suites share: the machine's size, the task mix on the bundled and heavy pages, and the facts
-recorded about the pages each profile loads."""
+"""What several suites share: the machine's size, the task mix on the bundled and heavy pages, the facts recorded
+about the pages each profile loads, and the time model each suite's ``budget_s`` is computed from."""
 
 from __future__ import annotations
 
@@ -13,6 +13,47 @@ from bench import ceiling
 
 CORES = max(1, os.cpu_count() or 1)
 GiB = 2**30
+
+# --- the time model of a suite's run (its ``budget_s(cfg)``): windows and ramps from its configuration, priced with
+# what the parts took in the quick run of 2026-12-04 on a 2-core machine (bench all --quick: 797 s, the suites'
+# durations 96, 71, 427, 121, 69 and 9 s). Each part is rounded up: a budget is a bound, not a prediction.
+#: Opening one rollout's page (a context, its tab, the page loaded), one at a time as the engine ramps or a bare loop
+#: sets up: the ramps measured 0.24-0.49 s per rollout on light pages (16 to 128), 0.66-0.73 s on heavy ones.
+OPEN_S_PER_ROLLOUT = {"light": 0.5, "heavy": 0.75}
+#: Starting a pool of workers (their Chromium) and shutting it down, around one engine run.
+ENGINE_RUN_FIXED_S = 5.0
+#: Launching a bare loop's browsers and closing them (it opens its tabs 8 at a time: a quarter of the one-by-one
+#: time on 2 cores).
+BARE_LOOP_FIXED_S = 2.0
+BARE_OPEN_SPEEDUP = 4.0
+#: Recording the page facts of the profiles (one browser, a few pages each).
+PAGE_FACTS_S = 5.0
+#: One episode's makespan per rollout slot with the suites' simulated policy (all steps, model latency at speed 1),
+#: asynchronous: on the bundled pages (27.96 s for 2 per slot at 8 rollouts) and with live-web page loads (111.7 s
+#: for 2 per slot at 32); and what the lock-step baseline takes against it (1.43x and 2.79x in that run).
+EPISODE_S = {"local": 14.0, "live": 56.0}
+SYNC_OVER_ASYNC = {"local": 1.45, "live": 2.8}
+#: Steps an episode of the task mix takes without step caps (123 steps in 16 episodes, 585 in 64, in that run).
+STEPS_PER_EPISODE = 9.2
+
+
+def engine_run_s(profile: str, n: int, seconds: float) -> float:
+    """An engine run at ``n`` rollouts on ``profile`` pages measured over ``seconds`` once every rollout runs."""
+    return ENGINE_RUN_FIXED_S + OPEN_S_PER_ROLLOUT[profile] * n + seconds
+
+
+def bare_loop_s(profile: str, n: int, seconds: float, warmup: float) -> float:
+    """A bare CDP loop on ``n`` tabs: its browsers, the tabs opened, a warm-up and the window."""
+    return BARE_LOOP_FIXED_S + OPEN_S_PER_ROLLOUT[profile] * n / BARE_OPEN_SPEEDUP + warmup + seconds
+
+
+def whole_batches_s(pages: str, episodes_per_slot: int, runs: int, sim_speed: float = 1.0,
+                    step_caps: list[int] | None = None) -> float:
+    """``runs`` pairs of whole batches (asynchronous, then lock-step) of ``episodes_per_slot`` episodes per slot, the
+    model's latency divided by ``sim_speed``, episodes cut to ``step_caps`` (their mean, against the uncut mix's)."""
+    steps = min(1.0, sum(step_caps) / len(step_caps) / STEPS_PER_EPISODE) if step_caps else 1.0
+    per_mode = episodes_per_slot * EPISODE_S[pages] * steps / sim_speed
+    return runs * (2 * ENGINE_RUN_FIXED_S + per_mode * (1 + SYNC_OVER_ASYNC[pages]))
 
 HEAVY_TASK_PAGES = [("shop.html", "Find the cheapest Kettle in the Bazaar catalogue and add it to the cart"),
                     ("news.html", "Open the most read Science article of The Daily Heavy and report its author"),

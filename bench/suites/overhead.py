@@ -27,17 +27,28 @@ from typing import Any
 
 from bench.proc_stats import named_thread_cpu_s
 from bench.suite import SuiteResult, plot_series
-from bench.suites.common import write_task_mix
+from bench.suites.common import engine_run_s, write_task_mix
 from engine.store.frame_writer import THREAD_NAME as WRITER_THREAD
 
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"concurrency": 32, "warmup": 10.0, "seconds": 30.0, "sim_speed": 50.0, "monitor_concurrency": 32,
              "monitor_seconds": 15.0, "repeats": 3},
-    "quick": {"concurrency": 16, "warmup": 5.0, "seconds": 10.0, "sim_speed": 50.0, "monitor_concurrency": 16,
+    "quick": {"concurrency": 16, "warmup": 5.0, "seconds": 8.0, "sim_speed": 50.0, "monitor_concurrency": 16,
               "monitor_seconds": 6.0, "repeats": 1},
     "tiny": {"concurrency": 2, "warmup": 1.0, "seconds": 1.5, "sim_speed": 50.0, "monitor_concurrency": 2,
              "monitor_seconds": 1.0, "repeats": 1, "workers": 1, "monitor_settle_s": 0.5},
 }
+
+
+def budget_s(cfg: dict[str, Any]) -> float:
+    """What a run of ``cfg`` takes at most (bench.suites.common's time model): per repeat an engine run with its
+    warm-up, an unprofiled window, half a window under py-spy and a profiled window; then the monitor's run of
+    alternating windows (each after its settle time) and the monitor's own start."""
+    window = cfg["seconds"]
+    profiled = engine_run_s("light", cfg["concurrency"], cfg["warmup"] + 2.5 * window)
+    monitor = engine_run_s("light", cfg["monitor_concurrency"], cfg["repeats"] * 2 * (
+        cfg["monitor_seconds"] + cfg.get("monitor_settle_s", 3.0))) + MONITOR_START_S
+    return cfg["repeats"] * profiled + monitor
 
 
 PHASES: list[tuple[str, tuple[str, ...]]] = [
@@ -54,6 +65,8 @@ PHASES: list[tuple[str, tuple[str, ...]]] = [
     ("scheduling", ("engine/episode/rollout.py", "engine/clients/runner.py", "engine/store/stats.py",
                     "engine/rewards/programmatic.py", "engine/rewards/judge_queue.py")),
 ]
+#: The monitor benchmark's own start (its Textual app and the engine's telemetry socket) before its windows.
+MONITOR_START_S = 5.0
 OTHER = "event loop and other"
 WRITER = "screenshot writer thread"  # engine/store/frame_writer.py: the files' system calls, off the loop
 OTHER_THREADS = "other threads"  # the engine process's other threads: ZeroMQ's I/O, the default executor

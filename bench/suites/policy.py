@@ -21,6 +21,14 @@ CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats override
 }
 
 
+def budget_s(cfg: dict[str, Any]) -> float:
+    """What a run of ``cfg`` takes where a GPU runs it (nothing elsewhere: the suite is skipped): the model built
+    once per repeat (about a minute), then a window per concurrency level."""
+    if gpu_unavailable_reason() is not None:
+        return 0.0
+    return cfg["repeats"] * (60.0 + len(cfg["concurrency"]) * (cfg["seconds"] + 5.0))
+
+
 def gpu_unavailable_reason() -> str | None:
     """Why the policy suite cannot run here (None when it can)."""
     try:

@@ -15,16 +15,25 @@ import psutil
 
 from bench import ceiling
 from bench.suite import SuiteResult, plot_series
-from bench.suites.common import GiB, page_profile_facts
+from bench.suites.common import OPEN_S_PER_ROLLOUT, PAGE_FACTS_S, GiB, engine_run_s, page_profile_facts
 
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"profiles": {"light": [8, 32, 128, 256], "heavy": [32, 128]},
              "seconds": 10.0, "repeats": 2, "ramp_timeout": 240.0},
-    "quick": {"profiles": {"light": [16, 128], "heavy": [32]}, "seconds": 5.0, "repeats": 1,
+    "quick": {"profiles": {"light": [16, 128], "heavy": [16]}, "seconds": 5.0, "repeats": 1,
               "ramp_timeout": 90.0, "facts_pages": 2},
     "tiny": {"profiles": {"light": [2], "heavy": [2]}, "seconds": 1.0, "repeats": 1, "workers": 1, "facts_pages": 1,
              "ramp_timeout": 30.0},
 }
+
+
+def budget_s(cfg: dict[str, Any]) -> float:
+    """What a run of ``cfg`` takes at most (bench.suites.common's time model): every level, its ramp capped at
+    ``ramp_timeout``."""
+    per_repeat = sum(engine_run_s(profile, n, cfg["seconds"])
+                     - max(0.0, OPEN_S_PER_ROLLOUT[profile] * n - cfg["ramp_timeout"])
+                     for profile, levels in cfg["profiles"].items() for n in levels)
+    return PAGE_FACTS_S + cfg["repeats"] * per_repeat
 
 
 MEMORY_FLOOR = 2 * GiB
