@@ -57,6 +57,10 @@ DENIED_PERMISSIONS = (
 )
 
 
+# A capture's failures that a second try gets past.
+_CAPTURE_FLAKES = ("Unable to capture screenshot",)
+
+
 class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
     """A page plus its CDP session, with the state needed to tell when it has settled.
 
@@ -216,7 +220,14 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
                                   {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True})
         try:
             async with self._leaving, asyncio.timeout(self.cfg.screenshot_timeout_s):
-                res = await self.cdp.send("Page.captureScreenshot", params)
+                try:
+                    res = await self.cdp.send("Page.captureScreenshot", params)
+                except PlaywrightError as exc:
+                    # Chromium sometimes fails a capture of a page that is fine ("Unable to capture screenshot",
+                    # seen under load): once more, within the same deadline; a second failure is reported.
+                    if not any(m in str(exc) for m in _CAPTURE_FLAKES):
+                        raise
+                    res = await self.cdp.send("Page.captureScreenshot", params)
         except TimeoutError as exc:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])
