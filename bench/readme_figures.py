@@ -613,7 +613,50 @@ def test_time(store: Store) -> list[str]:
             "([docs/benchmarks/test_time.json](docs/benchmarks/test_time.json), `python -m bench.test_time`)."]
 
 
+_BUCKET_NAMES = {"input": "input", "script": "script", "style_layout": "style and layout", "paint": "paint",
+                 "raster": "raster", "compositing": "compositing (the frame drawn)",
+                 "screenshot": "screenshot (copy and JPEG)", "ipc": "IPC", "other": "other"}
+_PROCESS_NAMES = ("browser", "renderer", "gpu", "network", "utility")
+
+
+def chromium_cpu(store: Store) -> list[str]:
+    """Where Chromium's CPU goes per step (``bench.chromium_cpu trace``) and what its variants cost
+    (``bench.chromium_cpu ab``)."""
+    d = need(store, "chromium_cpu_trace")
+    loads = d["workloads"]
+    lines = ["Chromium's CPU per step (ms) by process type, and by what the trace says it did "
+             "([docs/benchmarks/chromium_cpu_trace.json](docs/benchmarks/chromium_cpu_trace.json), "
+             "`python -m bench.chromium_cpu trace`):", "",
+             "| workload | steps/s | Chromium | " + " | ".join(_PROCESS_NAMES) + " |",
+             "|---" * (3 + len(_PROCESS_NAMES)) + "|"]
+    for w in loads.values():
+        cpu = w["cpu_ms_per_step"]
+        lines.append(f"| {w['label']} | {num_text(w['steps_per_s'])} | {num_text(cpu['total'])} | "
+                     + " | ".join(num_text(cpu.get(p, 0.0)) for p in _PROCESS_NAMES) + " |")
+    lines += ["", "| workload | " + " | ".join(_BUCKET_NAMES.values()) + " |",
+              "|---" * (1 + len(_BUCKET_NAMES)) + "|"]
+    for name, w in loads.items():
+        buckets = w["ms_per_step_by_bucket"]
+        lines.append(f"| {name} | " + " | ".join(num_text(buckets.get(b, 0.0)) for b in _BUCKET_NAMES) + " |")
+    ab = store.get("chromium_cpu_ab")
+    if ab:
+        lines += ["", "Variants against the workers' Chromium, same run, rounds alternating "
+                  "([docs/benchmarks/chromium_cpu_ab.json](docs/benchmarks/chromium_cpu_ab.json), "
+                  "`python -m bench.chromium_cpu ab`; below 1 cuts Chromium's CPU):", "",
+                  "| variant | CPU per click + screenshot | CPU per page load | what it costs pages |",
+                  "|---|---|---|---|"]
+        for name, per in ab["over_default"].items():
+            if name == "default":
+                continue
+            lines.append(f"| {name} | {num_text(per['light_clicks'])}x | {num_text(per['light_loads'])}x | "
+                         f"{ab['variants'][name]['cost']} |")
+        for name, why in ab.get("failed", {}).items():
+            lines.append(f"| {name} | failed | failed | {ab['variants'][name]['cost']}; it failed: {why} |")
+    return lines
+
+
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {
+    "chromium-cpu": chromium_cpu,
     "headline": headline,
     "at-a-glance": at_a_glance,
     "suite-goals": suite_goals,
