@@ -15,25 +15,29 @@ CORES = max(1, os.cpu_count() or 1)
 GiB = 2**30
 
 # --- the time model of a suite's run (its ``budget_s(cfg)``): windows and ramps from its configuration, priced with
-# what the parts took in the quick run of 2026-12-04 on a 2-core machine (bench all --quick: 797 s, the suites'
-# durations 96, 71, 427, 121, 69 and 9 s). Each part is rounded up: a budget is a bound, not a prediction.
+# the slower of what the parts took in two quick runs of 2026-12-04 on a 2-core machine (797 s and 616 s: the first
+# before the quick scale was trimmed; this shared machine's speed moves by 10-20% between runs). Each part is rounded
+# up: a budget is a bound, not a prediction.
 #: Opening one rollout's page (a context, its tab, the page loaded), one at a time as the engine ramps or a bare loop
-#: sets up: the ramps measured 0.24-0.49 s per rollout on light pages (16 to 128), 0.66-0.73 s on heavy ones.
-OPEN_S_PER_ROLLOUT = {"light": 0.5, "heavy": 0.75}
+#: sets up: the ramps measured 0.24-0.66 s per rollout on light pages (16 to 128), 0.66-0.73 s on heavy ones.
+OPEN_S_PER_ROLLOUT = {"light": 0.7, "heavy": 0.8}
 #: Starting a pool of workers (their Chromium) and shutting it down, around one engine run.
-ENGINE_RUN_FIXED_S = 5.0
+ENGINE_RUN_FIXED_S = 8.0
 #: Launching a bare loop's browsers and closing them (it opens its tabs 8 at a time: a quarter of the one-by-one
 #: time on 2 cores).
 BARE_LOOP_FIXED_S = 2.0
 BARE_OPEN_SPEEDUP = 4.0
 #: Recording the page facts of the profiles (one browser, a few pages each).
 PAGE_FACTS_S = 5.0
-#: One episode's makespan per rollout slot with the suites' simulated policy (all steps, model latency at speed 1),
-#: asynchronous: on the bundled pages (27.96 s for 2 per slot at 8 rollouts) and with live-web page loads (111.7 s
-#: for 2 per slot at 32); and what the lock-step baseline takes against it (1.43x and 2.79x in that run).
-EPISODE_S = {"local": 14.0, "live": 56.0}
-SYNC_OVER_ASYNC = {"local": 1.45, "live": 2.8}
-#: Steps an episode of the task mix takes without step caps (123 steps in 16 episodes, 585 in 64, in that run).
+#: Per episode per rollout slot, with the suites' simulated policy (model latency at speed 1): the asynchronous
+#: side's makespan on the bundled pages (28.0-29.4 s for 2 per slot at 8 rollouts) and with live-web page loads
+#: (111.7 s for 2 per slot at 32), and the lock-step side's (39.9-41.6 s; 311.2 s for 2, 147.4 s for 1).
+EPISODE_S = {"local": 15.0, "live": 56.0}
+SYNC_EPISODE_S = {"local": 21.0, "live": 156.0}
+#: The asynchronous side's last episodes, past the mean (list scheduling's tail), as a share of one episode: 85.4 s
+#: for 1 per slot with live-web loads, against 56 s a slot at 2.
+TAIL = 0.55
+#: Steps an episode of the task mix takes without step caps (123 steps in 16 episodes, 585 in 64, in those runs).
 STEPS_PER_EPISODE = 9.2
 
 
@@ -52,8 +56,10 @@ def whole_batches_s(pages: str, episodes_per_slot: int, runs: int, sim_speed: fl
     """``runs`` pairs of whole batches (asynchronous, then lock-step) of ``episodes_per_slot`` episodes per slot, the
     model's latency divided by ``sim_speed``, episodes cut to ``step_caps`` (their mean, against the uncut mix's)."""
     steps = min(1.0, sum(step_caps) / len(step_caps) / STEPS_PER_EPISODE) if step_caps else 1.0
-    per_mode = episodes_per_slot * EPISODE_S[pages] * steps / sim_speed
-    return runs * (2 * ENGINE_RUN_FIXED_S + per_mode * (1 + SYNC_OVER_ASYNC[pages]))
+    scale = steps / sim_speed
+    per_pair = (episodes_per_slot * (EPISODE_S[pages] + SYNC_EPISODE_S[pages]) + TAIL * EPISODE_S[pages]) * scale
+    return runs * (2 * ENGINE_RUN_FIXED_S + per_pair)
+
 
 HEAVY_TASK_PAGES = [("shop.html", "Find the cheapest Kettle in the Bazaar catalogue and add it to the cart"),
                     ("news.html", "Open the most read Science article of The Daily Heavy and report its author"),

@@ -20,7 +20,7 @@ from bench.suites.common import OPEN_S_PER_ROLLOUT, PAGE_FACTS_S, GiB, engine_ru
 CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats overrides "repeats")
     "full": {"profiles": {"light": [8, 32, 128, 256], "heavy": [32, 128]},
              "seconds": 10.0, "repeats": 2, "ramp_timeout": 240.0},
-    "quick": {"profiles": {"light": [16, 128], "heavy": [16]}, "seconds": 5.0, "repeats": 1,
+    "quick": {"profiles": {"light": [128], "heavy": [16]}, "seconds": 5.0, "repeats": 1,
               "ramp_timeout": 90.0, "facts_pages": 2},
     "tiny": {"profiles": {"light": [2], "heavy": [2]}, "seconds": 1.0, "repeats": 1, "workers": 1, "facts_pages": 1,
              "ramp_timeout": 30.0},
