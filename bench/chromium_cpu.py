@@ -29,7 +29,6 @@ import base64
 import itertools
 import json
 import re
-import statistics
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -42,7 +41,7 @@ from playwright.async_api import Browser, CDPSession, Page, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from bench import ceiling
-from bench.report import row, write_result
+from bench.report import row, spread, write_result
 from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
 from engine.sites.server import SiteServer
 
@@ -463,17 +462,13 @@ async def ab(base: str, names: list[str], rounds: int, seconds: float, warmup: f
         for w in workloads:
             ms = [x["cpu_ms_per_step"]["total"] for x in rs if x["workload"] == w.name]
             rate = [x["steps_per_s"] for x in rs if x["workload"] == w.name]
-            summary[name][w.name] = {"chromium_ms_per_step": _spread(ms), "steps_per_s": _spread(rate)}
+            summary[name][w.name] = {"chromium_ms_per_step": spread(ms, 3), "steps_per_s": spread(rate, 3)}
     ratios = {name: {w.name: round(summary[name][w.name]["chromium_ms_per_step"]["median"]
                                    / summary["default"][w.name]["chromium_ms_per_step"]["median"], 3)
                      for w in workloads} for name in summary}
     return {"summary": summary, "over_default": ratios, "runs": dict(runs), "failed": failed,
             "variants": {n: {"flags": VARIANTS[n].flags, "capture": VARIANTS[n].capture, "cost": VARIANTS[n].cost}
                          for n in sides}}
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
 
 
 def trace_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from playwright.async_api import async_playwright
 
 from bench import ceiling
 from bench.ceiling import own_stack_cpu
-from bench.report import row, write_result
+from bench.report import row, spread, write_result
 from browserpool import config
 from browserpool.config import DEFAULT_CHROMIUM
 from engine.sites.server import SiteServer
@@ -68,10 +67,6 @@ async def page_loads(base: str, flags: list[str], seconds: float, tabs: int = 8)
         await pw.stop()
     return {"loads_per_s": round(count / took, 2),
             "chromium_ms_per_load": round((after["chromium"] - before["chromium"]) * 1000 / max(1, count), 2)}
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values), 2), "min": min(values), "max": max(values)}
 
 
 async def measure(rounds: int, seconds: float) -> dict[str, Any]:

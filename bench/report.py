@@ -5,6 +5,7 @@ helpers they share (a least-squares slope)."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,11 @@ from bench.suite import machine_facts
 def row(figure: str, value: float, unit: str, goal: str | None = None, met: bool | None = None) -> dict[str, Any]:
     """One headline figure of the ``summary`` list (``goal`` in words, e.g. "<= 1 MiB per 1,000 episodes")."""
     return {"figure": figure, "value": round(float(value), 4), "unit": unit, "goal": goal, "met": met}
+
+
+def spread(values: list[float], digits: int = 2) -> dict[str, float]:
+    """The median of repeated measurements with their min and max."""
+    return {"median": round(statistics.median(values), digits), "min": min(values), "max": max(values)}
 
 
 def slope(xs: list[float], ys: list[float]) -> float | None:

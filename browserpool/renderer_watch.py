@@ -142,9 +142,8 @@ class RendererWatch:
         except OSError:
             return 0
 
-    def check(self) -> list[MemoryKill]:
-        """One pass: every renderer over the cap is killed; returns those killed now."""
-        killed = []
+    def check(self) -> None:
+        """One pass: every renderer over the cap is killed."""
         members = self.tree.refresh()
         for pid in self._statm.keys() - members:
             os.close(self._statm.pop(pid))
@@ -159,10 +158,8 @@ class RendererWatch:
                     continue
                 kill = MemoryKill(pid, held, time.monotonic())
                 self.kills = [k for k in self.kills if kill.at - k.at < self.ATTRIBUTION_S] + [kill]
-                killed.append(kill)
                 if self.on_kill is not None:
                     self.on_kill(kill)
-        return killed
 
     def kill_before(self, crashed_at: float) -> MemoryKill | None:
         """The last kill before a crash reported at ``crashed_at`` (``time.monotonic``), if it explains it."""
@@ -170,7 +167,3 @@ class RendererWatch:
             if 0 <= crashed_at - kill.at < self.ATTRIBUTION_S:
                 return kill
         return None
-
-    def recent_kill(self) -> MemoryKill | None:
-        """The last kill, if it was recent enough to explain a crash reported now."""
-        return self.kill_before(time.monotonic())

@@ -22,7 +22,8 @@ CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats override
 
 def budget_s(cfg: dict[str, Any]) -> float:
     """What a run of ``cfg`` takes at most: the screenshots (a browser, each page loaded), then per repeat ``reps``
-    rounds of every operation and library on them (0.2 s a round in the quick run of 2026-12-04)."""
+    rounds of every operation and library on them, allowed 0.2 s a round (the whole quick suite took 9-11 s in the runs
+    of 2026-12-04)."""
     pages = sum(cfg["pages"].values())
     return BARE_LOOP_FIXED_S + OPEN_S_PER_ROLLOUT["heavy"] * pages + cfg["repeats"] * cfg["reps"] * 0.2
 

@@ -65,7 +65,8 @@ PHASES: list[tuple[str, tuple[str, ...]]] = [
     ("scheduling", ("engine/episode/rollout.py", "engine/clients/runner.py", "engine/store/stats.py",
                     "engine/rewards/programmatic.py", "engine/rewards/judge_queue.py")),
 ]
-#: The monitor benchmark's own start (its Textual app and the engine's telemetry socket) before its windows.
+#: Allowed for the monitor benchmark's own start (its Textual app, the engine's telemetry socket) before its windows:
+#: not timed apart (the whole quick suite took 63-69 s in the runs of 2026-12-04).
 MONITOR_START_S = 5.0
 OTHER = "event loop and other"
 WRITER = "screenshot writer thread"  # engine/store/frame_writer.py: the files' system calls, off the loop

@@ -23,7 +23,8 @@ CONFIG: dict[str, dict[str, Any]] = {  # per scale (the CLI's --repeats override
 
 def budget_s(cfg: dict[str, Any]) -> float:
     """What a run of ``cfg`` takes where a GPU runs it (nothing elsewhere: the suite is skipped): the model built
-    once per repeat (about a minute), then a window per concurrency level."""
+    once per repeat (allowed a minute; not timed: no GPU where the budgets were priced), then a window per
+    concurrency level."""
     if gpu_unavailable_reason() is not None:
         return 0.0
     return cfg["repeats"] * (60.0 + len(cfg["concurrency"]) * (cfg["seconds"] + 5.0))
