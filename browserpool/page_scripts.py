@@ -182,7 +182,8 @@ _DEEP_HIT = r"""
 """
 
 # Set-of-Marks: the visible interactive elements of the page, in document order (shadow roots and
-# same-origin iframes in the place of their host), as [tag, text, x, y, w, h] in top-level viewport CSS
+# same-origin iframes in the place of their host), as [tag, text, x, y, w, h] (an input's tag with its type, as
+# "input, type=text") in top-level viewport CSS
 # px, clipped to the viewport; plus the viewport's CSS size, and why the pass stopped early ('count': maxCount
 # elements found, 'time': budgetMs spent; null: it did not). One querySelectorAll per document/shadow root and
 # getBoundingClientRect / checkVisibility / elementFromPoint per candidate only: layout is computed once, nothing
@@ -263,6 +264,12 @@ SOM_FN = r"""
     return s.toWellFormed ? s.toWellFormed() : s;  // no lone surrogates: msgpack must encode it
   };
 
+  // The tag as the original's element list writes it: an input with a type attribute as "input, type=text".
+  const tagOf = (el) => {
+    const tag = el.tagName.toLowerCase();
+    return (tag === 'input' && el.hasAttribute('type')) ? tag + ', type=' + el.getAttribute('type') : tag;
+  };
+
   // The visible part of a box, or null: clipped to the viewport (and iframe), not page-sized.
   const visible = (r, ox, oy, clip) => {
     if (r.width <= 0 || r.height <= 0) return null;
@@ -288,7 +295,7 @@ SOM_FN = r"""
       if (!box) return;
     }
     const x = Math.floor(box[0]), y = Math.floor(box[1]);
-    out.push([el.tagName.toLowerCase(), nameOf(el), x, y,
+    out.push([tagOf(el), nameOf(el), x, y,
               Math.min(Math.ceil(box[2]), vw) - x, Math.min(Math.ceil(box[3]), vh) - y]);
   };
 

@@ -58,8 +58,8 @@ def region(element: list[Any]) -> dict[str, Any]:
     its tag, role, accessible name and one rect (viewport CSS px = screenshot px)."""
     _id, tag, text, x, y, w, h = element
     rect = {"x": x, "y": y, "width": w, "height": h, "top": y, "right": x + w, "bottom": y + h, "left": x}
-    return {"tag_name": tag, "role": IMPLICIT_ROLES.get(str(tag), ""), "aria_name": text, "v_scrollable": False,
-            "rects": [rect]}
+    role = IMPLICIT_ROLES.get(str(tag).partition(",")[0], "")  # "input, type=text" is an input
+    return {"tag_name": tag, "role": role, "aria_name": text, "v_scrollable": False, "rects": [rect]}
 
 
 def interactive_regions(elements: list[list[Any]]) -> dict[str, dict[str, Any]]:
