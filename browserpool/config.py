@@ -111,6 +111,10 @@ class WorkerConfig:
     # more the more elements a page has). The observation's note says when a pass was cut.
     som_max_elements: int = SOM_MAX_ELEMENTS
     som_budget_ms: int = SOM_BUDGET_MS
+    # An accessibility tree (episodes opened with axtree) keeps at most axtree_max_nodes nodes, each name and value
+    # cut to axtree_text_chars: a page of a hundred thousand nodes would otherwise fill the prompt and the message.
+    axtree_max_nodes: int = 3000
+    axtree_text_chars: int = 200
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")

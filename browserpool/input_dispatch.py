@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from urllib.parse import urlsplit
 
 from playwright.async_api import CDPSession
+from playwright.async_api import Error as PlaywrightError
 
 from browserpool.config import WorkerConfig
 from browserpool.keys import TYPE_MAX_LINE_BREAKS, KeyDef, parse_combo, typing_plan
@@ -42,12 +43,14 @@ class InputDispatch:
         kind = a.kind
         x: float | None
         y: float | None
-        if kind in ("click", "hover", "type", "select") and (a.selector or a.x is not None):
+        if kind in ("click", "hover", "type", "select") and (a.selector or a.node or a.x is not None):
             x, y = await self._target_point(a)
         elif kind in ("click", "hover", "select"):
-            raise ActionRefused(f"{kind} needs coordinates or a selector")
+            raise ActionRefused(f"{kind} needs coordinates, a selector or an element")
         else:
             x = y = None
+        if kind == "key" and a.node:
+            await self._element_call("DOM.focus", a.node)
         if kind == "click":
             assert x is not None and y is not None  # refused above without a point
             await self._click(x, y)
@@ -90,6 +93,11 @@ class InputDispatch:
             idx = hist["currentIndex"]
             if idx > 0:
                 await self.cdp.send("Page.navigateToHistoryEntry", {"entryId": hist["entries"][idx - 1]["id"]})
+        elif kind == "go_forward":
+            hist = await self.cdp.send("Page.getNavigationHistory")
+            idx = hist["currentIndex"]
+            if idx + 1 < len(hist["entries"]):
+                await self.cdp.send("Page.navigateToHistoryEntry", {"entryId": hist["entries"][idx + 1]["id"]})
         elif kind == "navigate":
             url = a.url or ""
             self.check_url(url)
@@ -103,6 +111,8 @@ class InputDispatch:
         return (x, y) if x is not None and y is not None else None
 
     async def _target_point(self, a: BrowserAction) -> tuple[float, float]:
+        if a.node:
+            return await self._element_point(a.node)
         if a.selector:
             loc = await self.locate(a.selector)
             if not isinstance(loc, dict) or loc.get("error") or not loc.get("found"):
@@ -118,6 +128,30 @@ class InputDispatch:
         if not (math.isfinite(x) and math.isfinite(y)):  # NaN would pass both clamps
             raise ActionRefused(f"coordinates must be finite numbers, not ({a.x!r}, {a.y!r})")
         return min(max(x, 0.0), self.cfg.viewport_width - 1.0), min(max(y, 0.0), self.cfg.viewport_height - 1.0)
+
+    async def _element_point(self, node: int) -> tuple[float, float]:
+        """The centre of an accessibility tree's element (its backend node id), scrolled into view first."""
+        await self._element_call("DOM.scrollIntoViewIfNeeded", node)
+        quads = (await self._element_call("DOM.getContentQuads", node)).get("quads") or []
+        w, h = self.cfg.viewport_width, self.cfg.viewport_height
+        for quad in quads:
+            if not (isinstance(quad, list) and len(quad) == 8 and all(_is_number(v) for v in quad)):
+                continue
+            x, y = sum(quad[0::2]) / 4, sum(quad[1::2]) / 4
+            if 0 <= x < w and 0 <= y < h:
+                return float(x), float(y)
+        raise ActionRefused(f"element {node} has no visible box in the viewport")
+
+    async def _element_call(self, method: str, node: int) -> dict[str, Any]:
+        """A DOM command on an element named by its backend node id; ActionRefused when the page has no such node
+        (an id of another document, or of an element that has gone)."""
+        try:
+            return await self.cdp.send(method, {"backendNodeId": node})
+        except PlaywrightError as exc:
+            if "Protocol error" not in str(exc):  # the tab or the browser went away: the worker's own handling
+                raise
+            raise ActionRefused(f"element {node}: {str(exc).splitlines()[0].rpartition(': ')[2][:200]} (ids are those "
+                                "of the last observation's tree)") from None
 
     async def _click(self, x: float, y: float) -> None:
         send = self.cdp.send

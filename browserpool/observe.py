@@ -28,11 +28,13 @@ class Observer:
 
     async def _observe(self, ep: Episode, settle: P.SettleState, timings: dict[str, float],
                        point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
-                       fmt: str = "jpeg", retry_after: str | None = None) -> P.Observation:
+                       fmt: str = "jpeg", retry_after: str | None = None,
+                       axtree: bool | None = None) -> P.Observation:
         """The settled page as an Observation: the screenshot (``fmt`` jpeg or png; Set-of-Marks boxes drawn on
         it with ``som``, default the episode's mode), its elements, the probe's value and the page's events.
         ``shot`` False: no screenshot (a client that asks for one when it wants it: the HTTP server). ``retry_after``:
-        a rate-limited start page's Retry-After header (opens only)."""
+        a rate-limited start page's Retry-After header (opens only). ``axtree``: read the accessibility tree too
+        (default: the episode's mode), beside the capture."""
         page = ep.page
         elements: list[list[Any]] | None = None
         cut: str | None = None  # why the Set-of-Marks pass stopped early
@@ -46,12 +48,16 @@ class Observer:
             except PlaywrightError as exc:  # the document went away meanwhile (a late navigation)
                 probe = {"error": str(exc).splitlines()[0][:200]}
             timings["probe_ms"] = _ms(t0)
+        tree = None
+        if ep.axtree if axtree is None else axtree:
+            tree = asyncio.ensure_future(_timed(page.axtree()))  # read while the capture is taken
         if not shot:
+            nodes, tree_cut, note = await _tree(tree, timings, note)
             return P.Observation(url=page.url, title=page.title, settled=settle is P.SettleState.QUIET, settle=settle,
                                  width=self.cfg.viewport_width, height=self.cfg.viewport_height,
                                  timings_ms=timings, point=point, note=note, probe=probe,
                                  events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
-                                 retry_after=retry_after)
+                                 retry_after=retry_after, axtree=nodes, axtree_cut=tree_cut)
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
@@ -60,6 +66,7 @@ class Observer:
                 _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms)),
                 return_exceptions=True)
             if isinstance(captured, BaseException):
+                await _drop(tree)
                 raise captured
             image, timings["screenshot_ms"] = captured
             raw = image
@@ -83,9 +90,14 @@ class Observer:
             timings["draw_ms"] = _ms(t0)
         else:
             t0 = time.perf_counter()
-            image = await page.screenshot(fmt)
+            try:
+                image = await page.screenshot(fmt)
+            except BaseException:
+                await _drop(tree)
+                raise
             timings["screenshot_ms"] = _ms(t0)
             raw = image
+        nodes, tree_cut, note = await _tree(tree, timings, note)
         change = None
         if fmt == "jpeg":  # the comparison reads JPEGs; an occasional PNG capture leaves the last JPEG in place
             if ep.last_shot is not None:
@@ -101,4 +113,27 @@ class Observer:
                              frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
                              elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
                              status=page.status, load_error=page.load_error, retry_after=retry_after,
-                             elements_cut=cut)
+                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut)
+
+
+async def _tree(read: asyncio.Future[Any] | None, timings: dict[str, float], note: str | None
+                ) -> tuple[list[P.AXNode] | None, bool, str | None]:
+    """The tree a read gave (None when none was asked for), whether it was cut, and the note with why it is empty
+    when the document went away during the read (a late navigation)."""
+    if read is None:
+        return None, False, note
+    try:
+        (nodes, cut), timings["axtree_ms"] = await read
+    except PlaywrightError as exc:
+        why = f"no accessibility tree: {exc}".splitlines()[0][:200]
+        return [], False, why if note is None else f"{note}; {why}"
+    return nodes, cut, note
+
+
+async def _drop(read: asyncio.Future[Any] | None) -> None:
+    """A tree read whose observation failed: ended, its own failure dropped with it."""
+    if read is not None:
+        read.cancel()
+        await asyncio.wait([read])  # its outcome is not raised here; a cancellation of this task still is
+        if not read.cancelled():
+            read.exception()  # retrieved: no "exception was never retrieved" at exit

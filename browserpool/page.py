@@ -21,6 +21,7 @@ from playwright.async_api import BrowserContext, CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
 
 # Names imported "as" themselves are re-exported: they lived here, and code elsewhere imports them from here.
+from browserpool.axtree import read_axtree
 from browserpool.config import WorkerConfig
 from browserpool.event_log import EventLog as EventLog
 from browserpool.input_dispatch import InputDispatch, _is_number
@@ -28,7 +29,7 @@ from browserpool.netpolicy import NetPolicy
 from browserpool.page_errors import ActionRefused, PageHung
 from browserpool.page_scripts import LOCATE_FN, som_expression
 from browserpool.page_scripts import TITLE_CHARS as TITLE_CHARS
-from browserpool.protocol import BrowserAction, SettleState
+from browserpool.protocol import AXNode, BrowserAction, SettleState
 from browserpool.settle import Settling
 from browserpool.tab_events import DIALOG_STORM as DIALOG_STORM
 from browserpool.tab_events import POPUP_STORM as POPUP_STORM
@@ -253,6 +254,15 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
             css_width = self.cfg.viewport_width
         rows = [row for row in found if _is_element(row)] if isinstance(found, list) else []
         return float(css_width), [[i, *e] for i, e in enumerate(rows, 1)], cut if cut in ("count", "time") else None
+
+    async def axtree(self) -> tuple[list[AXNode], bool]:
+        """The tab's accessibility tree and whether it was cut (``browserpool/axtree.py``). Raises PageHung when the
+        page does not answer within screenshot_timeout_s, PlaywrightError when the document went away meanwhile."""
+        try:
+            async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+                return await read_axtree(self.cdp, self.cfg.axtree_max_nodes, self.cfg.axtree_text_chars)
+        except TimeoutError as exc:
+            raise PageHung(f"the accessibility tree was not read within {self.cfg.screenshot_timeout_s:g} s") from exc
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where the first visible element matching ``selector`` is (viewport CSS px)."""

@@ -24,7 +24,8 @@ import msgspec
 # 3: Heartbeat.browser_pss.
 # 4: Observation.elements_cut (and an open's som_elements argument, which an older worker would ignore).
 # 5: a Request carries one typed operation (Open, Act, Observe, Locate, Evaluate, Close) instead of op + args.
-PROTOCOL_VERSION = 5
+# 6: accessibility trees (Open.axtree, Observe.axtree, Observation.axtree and axtree_cut, BrowserAction.node).
+PROTOCOL_VERSION = 6
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
@@ -52,9 +53,11 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 class BrowserAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """One browser-level operation, in CSS pixels of the viewport.
 
-    kinds: click, hover, type, key, scroll, wait, go_back, navigate, select.
+    kinds: click, hover, type, key, scroll, wait, go_back, go_forward, navigate, select.
     ``selector`` may replace (x, y) for click/hover/type/select: the worker clicks the element's centre and
-    reports the point it used, so records always hold plain coordinates.
+    reports the point it used, so records always hold plain coordinates. ``node`` may too: an element's id in the
+    accessibility tree (:class:`AXNode`), which the worker first scrolls into view; with ``key`` it focuses the
+    element before the keys are pressed.
     ``select`` picks the option whose label or value equals ``text`` (case-insensitive, trimmed) in the
     <select> at (x, y), also inside same-origin iframes and open shadow roots; refused when there is no
     <select> there or no such option.
@@ -64,6 +67,7 @@ class BrowserAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tr
     x: float | None = None
     y: float | None = None
     selector: str | None = None
+    node: Annotated[int, msgspec.Meta(ge=1, le=2**31)] | None = None
     text: str | None = None
     clear: bool = True
     enter: bool = True
@@ -106,6 +110,21 @@ class PageEvent(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     kind: str
     url: str = ""
     detail: str = ""
+
+
+class AXNode(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """One node of a page's accessibility tree (``browserpool/axtree.py``), in depth-first order.
+
+    ``id``: the element's id, which actions accept (``BrowserAction.node``; 0 for a node that is no element);
+    ``depth``: its depth among the kept nodes; ``states``: ``focused``, ``disabled``... and ``name=value`` ones
+    (``checked=true``, ``expanded=false``, ``url=...``)."""
+
+    id: Count
+    depth: Count
+    role: ShortText
+    name: str
+    value: str = ""
+    states: list[str] = msgspec.field(default_factory=list)
 
 
 class SettleState(StrEnum):
@@ -158,6 +177,10 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # Why the Set-of-Marks pass stopped before the page's last element: "count" (at its cap: the open's
     # som_elements or the worker's own) or "time" (its time budget); None when it listed them all.
     elements_cut: str | None = None
+    # The page's accessibility tree, for episodes opened with axtree (None otherwise), and whether it was cut at
+    # the worker's cap (WorkerConfig.axtree_max_nodes).
+    axtree: list[AXNode] | None = None
+    axtree_cut: bool = False
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -277,6 +300,7 @@ class Open(Operation, tag=Op.OPEN.value):
     url: str
     som: bool = False  # Set-of-Marks mode for the whole episode
     som_elements: Count = 0  # the most elements it lists and draws (0: the worker's own cap)
+    axtree: bool = False  # every observation carries the page's accessibility tree
     setup_js: str | None = None  # run once after the first load
     probe_js: str | None = None  # evaluated after every observation's settle
     shot: bool = True  # False: no screenshot
@@ -294,6 +318,7 @@ class Observe(Operation, tag=Op.OBSERVE.value):
 
     som: bool | None = None  # None: the episode's mode
     format: ImageFormat = "jpeg"
+    axtree: bool | None = None  # None: the episode's mode
 
 
 class Locate(Operation, tag=Op.LOCATE.value):

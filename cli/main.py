@@ -24,6 +24,7 @@ from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
 from cli.options import (
+    ObserveKinds,
     check_sockets,
     default_of,
     field_default,
@@ -37,7 +38,14 @@ from cli.tasks import tasks as tasks_group
 from cli.workers import workers_cmd
 from engine.agent.model_api import LOGPROBS_KINDS, SamplingParams
 from engine.agent.policy_api import Policy
-from engine.agent.prompts import ACTION_FORMATS, COORD_SYSTEMS, INTERACTIONS, RESPONSE_FORMATS, AgentConfig
+from engine.agent.prompts import (
+    ACTION_FORMATS,
+    COORD_SYSTEMS,
+    INTERACTIONS,
+    OBSERVE_KINDS,
+    RESPONSE_FORMATS,
+    AgentConfig,
+)
 from engine.clients.runner import load_task_source, run
 from engine.core.builders import new_run_dir
 from engine.core.config import ORDERS, RunConfig
@@ -159,7 +167,12 @@ def main() -> None:
 @click.option("--action-format", type=click.Choice(ACTION_FORMATS), default=run_default("action_format"),
               show_default=True,
               help="The grammar of the model's replies: qwen (computer_use tool calls: Qwen2/2.5/3-VL), uitars "
-                   "(Action: click(start_box=...)), pyautogui (pyautogui code, parsed and never run).")
+                   "(Action: click(start_box=...)), pyautogui (pyautogui code, parsed and never run), browsergym "
+                   "(BrowserGym's id-based actions on the accessibility tree: click('12'), fill('7', 'text')...).")
+@click.option("--observe", type=ObserveKinds(), default=run_default("observe"), show_default=True,
+              help=f"What each step shows the model, comma-separated: {', '.join(OBSERVE_KINDS)} (the page's "
+                   "accessibility tree, ids in brackets). axtree alone: a text-only prompt (no image), for "
+                   "--action-format browsergym; screenshot,axtree: both (hybrid agents).")
 @click.option("--context-window", type=click.IntRange(0), default=run_default("context_window"), show_default=True,
               help="Past rounds kept as full messages; older ones become one-line summaries.")
 @click.option("--prompt-template", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -234,7 +247,8 @@ def run_cmd(**opts: Any) -> None:
     console = Console(stderr=True)
     try:
         agent = AgentConfig(interaction=o.interaction, response_format=o.response_format, coords=o.coords,
-                            action_format=o.action_format, window=o.context_window, template_file=o.prompt_template)
+                            action_format=o.action_format, observe=o.observe, window=o.context_window,
+                            template_file=o.prompt_template)
         agent.templates()  # a broken template file fails here, before anything starts
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None

@@ -14,7 +14,7 @@ from browserpool.auth import KeyFileError, warn_insecure
 from browserpool.config import WorkerConfig
 from browserpool.protocol import NetSettings
 from engine.agent.model_api import SamplingParams
-from engine.agent.prompts import AgentConfig
+from engine.agent.prompts import OBSERVE_KINDS, AgentConfig
 from engine.core.builders import server_keys
 from engine.core.config import RunConfig
 from engine.rewards.judge import JudgeConfig
@@ -73,7 +73,8 @@ OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
         "consent": (WorkerConfig, "consent"),
         "interaction": (AgentConfig, "interaction"), "coords": (AgentConfig, "coords"),
         "response_format": (AgentConfig, "response_format"), "action_format": (AgentConfig, "action_format"),
-        "context_window": (AgentConfig, "window"), "prompt_template": (AgentConfig, "template_file"),
+        "observe": (AgentConfig, "observe"), "context_window": (AgentConfig, "window"),
+        "prompt_template": (AgentConfig, "template_file"),
         "temperature": (SamplingParams, "temperature"), "top_p": (SamplingParams, "top_p"),
         "top_k": (SamplingParams, "top_k"), "max_tokens": (SamplingParams, "max_tokens"),
         "model": (BackendConfig, "model"), "base_url": (BackendConfig, "base_url"),
@@ -98,6 +99,20 @@ def field_default(command: Command, option: str) -> Any:
     """The default of ``command``'s ``--option``: its config field's (:data:`OPTION_FIELDS`)."""
     cls, name = OPTION_FIELDS[command][option]
     return default_of(cls, name)
+
+
+class ObserveKinds(click.ParamType):
+    """``--observe screenshot,axtree``: the tuple AgentConfig takes, each name one of OBSERVE_KINDS."""
+
+    name = "KINDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, ...]:
+        kinds = tuple(value) if isinstance(value, tuple) else tuple(
+            k.strip() for k in str(value).split(",") if k.strip())
+        unknown = [k for k in kinds if k not in OBSERVE_KINDS]
+        if unknown or not kinds:
+            self.fail(f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(OBSERVE_KINDS)}", param, ctx)
+        return kinds
 
 
 def _apply(f: F, options: list[Callable[[F], F]]) -> F:

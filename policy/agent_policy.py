@@ -45,6 +45,8 @@ class AgentPolicy(Policy):
         self.sampling = sampling or SamplingParams()
         self.name = model.name
         self.som = self.cfg.som
+        self.axtree = self.cfg.axtree
+        self.reads_pixels = self.cfg.screenshot  # a text-only agent's prompt has no image: none is copied for it
         self.history_frames = self.cfg.window
         self.templates = self.protocol.templates
 

@@ -1,8 +1,9 @@
 """Build a policy by name (the CLI's ``--policy``).
 
 ``scripted``, ``random``, ``instant`` and ``miniwob-scripted`` (MiniWoB++ tasks) act directly; ``openai``,
-``hf``, ``vllm`` and ``simulated`` are model backends driven through the web-agent protocol
-(:class:`policy.agent_policy.AgentPolicy`).
+``hf``, ``vllm``, ``simulated`` and ``tree-scripted`` are model backends driven through the web-agent protocol
+(:class:`policy.agent_policy.AgentPolicy`). ``simulated`` (a served model's latency) and ``tree-scripted`` (reference
+solutions answered from the accessibility tree's text) are stand-ins, not models.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from policy.openai_backend import ImageTransport  # loaded with the openai backend only (aiohttp)
 
 DIRECT_POLICIES = ("scripted", "random", "instant", "miniwob-scripted")
-MODEL_BACKENDS = ("openai", "hf", "vllm", "simulated")
+MODEL_BACKENDS = ("openai", "hf", "vllm", "simulated", "tree-scripted")
 POLICY_NAMES = DIRECT_POLICIES + MODEL_BACKENDS
 
 
@@ -28,7 +29,9 @@ POLICY_NAMES = DIRECT_POLICIES + MODEL_BACKENDS
 class BackendConfig:
     """Options of the model backends (each uses the ones that apply to it)."""
 
-    model: str | None = None  # hf / vllm: a local model directory; openai: the served model's name
+    # hf / vllm: a local model directory; openai: the served model's name; tree-scripted: a task file whose steps
+    # name their targets as the tree does (default: the bundled tasks)
+    model: str | None = None
     base_url: str | None = None  # openai: e.g. http://127.0.0.1:8000/v1
     api_key_env: str = "OPENAI_API_KEY"  # openai: the environment variable holding the key (never recorded)
     device: str = "auto"  # hf: cpu | cuda | auto
@@ -46,6 +49,11 @@ def make_model(name: str, backend: BackendConfig, seed: int = 0, max_in_flight: 
     if name == "simulated":
         from policy.simulated import LatencyModel, SimulatedModel
         return SimulatedModel(seed=seed, latency=LatencyModel(speed=backend.sim_speed))
+    if name == "tree-scripted":
+        from engine.tasks.loading import load_tasks
+        from engine.tasks.schema import BUNDLED_TASKS
+        from policy.tree_scripted import TreeScriptedModel
+        return TreeScriptedModel(load_tasks(backend.model or BUNDLED_TASKS))
     if not backend.model:
         raise ValueError(f"the {name} backend needs BackendConfig.model (the CLI's --model)")
     if name == "openai":

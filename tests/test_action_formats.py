@@ -155,7 +155,7 @@ def test_hostile_replies_are_read_quickly_and_never_raise(fmt: str, text: str) -
     assert isinstance(action, AgentAction) and (info["error"] is None or action.name == "wait")
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "browsergym"])  # it names elements, not points
 @pytest.mark.parametrize("coords", ["grid", "pixels"])
 def test_each_format_teaches_its_grammar_and_its_coordinates(fmt: str, coords: str) -> None:
     prompt = action_format(fmt).system_prompt(AgentConfig(coords=coords), PromptTemplates(), 1288, 756)

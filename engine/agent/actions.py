@@ -15,7 +15,7 @@ from browserpool.protocol import BrowserAction
 from engine.store.records import ActionRecord
 
 ActionName = Literal["left_click", "type", "scroll", "wait", "go_back", "navigate", "answer", "keypress", "hover",
-                     "select"]
+                     "select", "go_forward"]
 ACTION_NAMES: tuple[ActionName, ...] = get_args(ActionName)
 
 
@@ -34,6 +34,9 @@ class AgentAction:
     enter: bool = True
     seconds: float | None = None
     element_id: int | None = None  # Set-of-Marks: the element the model named (x, y is its centre)
+    # The accessibility tree's element the model named (its id there; engine.agent.tree_text): the worker scrolls it
+    # into view and acts at its centre, in place of x, y.
+    node: int | None = None
 
     def __post_init__(self) -> None:
         # Checked here, where an action enters the engine (a parser, a trainer's dict): a NaN coordinate or a number
@@ -50,8 +53,12 @@ class AgentAction:
             value = getattr(self, field_name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"action {self.name}: {field_name} must be a string, not {type(value).__name__}")
-        if self.element_id is not None and (type(self.element_id) is bool or not isinstance(self.element_id, int)):
-            raise TypeError(f"action {self.name}: element_id must be an integer, not {type(self.element_id).__name__}")
+        for field_name in ("element_id", "node"):
+            value = getattr(self, field_name)
+            if value is not None and (type(value) is bool or not isinstance(value, int)):
+                raise TypeError(f"action {self.name}: {field_name} must be an integer, not {type(value).__name__}")
+        if self.node is not None and not 1 <= self.node <= 2**31:
+            raise ValueError(f"action {self.name}: node must be an element's id (1 to 2**31), not {self.node}")
         if type(self.clear) is not bool or type(self.enter) is not bool:
             raise TypeError(f"action {self.name}: clear and enter must be booleans")
 
@@ -62,23 +69,23 @@ class AgentAction:
     def to_browser(self) -> BrowserAction:
         """The browser operation that carries this action out (``answer`` has none)."""
         n = self.name
+        at = {"node": self.node} if self.node is not None else {"x": self.x, "y": self.y}
         if n == "left_click":
-            return BrowserAction("click", x=self.x, y=self.y)
+            return BrowserAction("click", **at)
         if n == "hover":
-            return BrowserAction("hover", x=self.x, y=self.y)
+            return BrowserAction("hover", **at)
         if n == "select":
-            return BrowserAction("select", x=self.x, y=self.y, text=self.text or "")
+            return BrowserAction("select", **at, text=self.text or "")
         if n == "type":
-            return BrowserAction("type", x=self.x, y=self.y, text=self.text or "", clear=self.clear,
-                                 enter=self.enter)
+            return BrowserAction("type", **at, text=self.text or "", clear=self.clear, enter=self.enter)
         if n == "scroll":
             return BrowserAction("scroll", x=self.x, y=self.y, direction=self.direction or "down")
         if n == "keypress":
-            return BrowserAction("key", keys=self.keys or "")
+            return BrowserAction("key", keys=self.keys or "", node=self.node)
         if n == "navigate":
             return BrowserAction("navigate", url=self.url or "")
-        if n == "go_back":
-            return BrowserAction("go_back")
+        if n in ("go_back", "go_forward"):
+            return BrowserAction(n)
         if n == "wait":
             return BrowserAction("wait", seconds=self.seconds)
         raise ValueError(f"action {n!r} has no browser operation")
@@ -89,6 +96,8 @@ class AgentAction:
         at = f" at ({self.x:.0f}, {self.y:.0f})" if self.x is not None and self.y is not None else ""
         if self.element_id is not None:
             at = f" on element {self.element_id}"
+        if self.node is not None:
+            at = f" on [{self.node}]"
         if n == "type":
             return f"type {self.text!r}{at}" + (" + Enter" if self.enter else "")
         if n == "scroll":
@@ -100,7 +109,7 @@ class AgentAction:
         if n == "select":
             return f"select {self.text!r}{at}"
         if n == "keypress":
-            return f"press {self.keys}"
+            return f"press {self.keys}{at}"
         return f"{n}{at}"
 
     def to_dict(self) -> ActionRecord:

@@ -1,7 +1,9 @@
 """The context window: which past steps the model sees, and how.
 
 The last ``window`` rounds (screenshot, reply) are full multimodal messages; older steps shrink to one
-line each in the first user message (``Step i on [title]: action -> page changed``). Replies enter the
+line each in the first user message (``Step i on [title]: action -> page changed``). With the accessibility tree
+observed, every round names its page and the current one shows the tree (only it: a tree is thousands of tokens);
+without the screenshot, no round has an image. Replies enter the
 history without their ``<think>`` blocks. With a window of 4 the model sees five screenshots: four
 rounds plus the current page.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.agent.policy_api import StepView
+from engine.agent.policy_api import StepView, view_tree_text
 from engine.tasks.schema import Task
 
 from .parser import strip_think
@@ -59,13 +61,17 @@ def build_messages(cfg: AgentConfig, templates: PromptTemplates, system: str, ta
         step_text = fill(templates.step_user, step=start + offset, title=view.title, url=view.url)
         if step_text:
             parts.append(_text(step_text))
-        if view.frame is not None and view.jpeg is not None:
+        if cfg.axtree:  # which page the step was on; the tree itself only for the page now (a tree is long)
+            parts.append(_text(fill(templates.page_line, step=start + offset, title=view.title, url=view.url)))
+        if cfg.screenshot and view.frame is not None and view.jpeg is not None:
             parts.append({"type": "image", "image": view.frame})
             images[view.frame] = bytes(view.jpeg)
         if cfg.som and view.elements is not None:
             if view.elements_text is None:  # a view stays in the window for several steps: format it once
                 view.elements_text = element_list(view.elements, templates)
             parts.append(_text(view.elements_text))
+        if cfg.axtree and view is current:
+            parts.append(_text(f"{templates.tree_header}\n{view_tree_text(view)}"))
         messages.append({"role": "user", "content": parts})
         if view is not current:
             messages.append({"role": "assistant", "content": strip_think(view.reply or "")})

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from browserpool.protocol import AXNode
 from engine.agent.actions import AgentAction
+from engine.agent.tree_text import tree_text
 from engine.tasks.schema import Task
 
 
@@ -36,11 +38,21 @@ class StepView:
     frame: str | None = None  # the stored screenshot (its path in the run directory): the image REF
     elements: list[list[Any]] | None = None  # Set-of-Marks: [id, tag, text, x, y, w, h] in CSS px
     elements_text: str | None = None  # the element list as the prompt shows it (built once, on first use)
+    axtree: list[AXNode] | None = None  # the page's accessibility tree (policies with ``axtree``)
+    axtree_cut: bool = False  # the worker's node cap cut it
+    axtree_text: str | None = None  # the tree as the prompt shows it (built once, on first use: tree_text)
     # Filled in once the step's decision is made (history only):
     action: AgentAction | None = None
     action_text: str | None = None  # the model's own one-line description of the action, if any
     reply: str | None = None  # the raw model reply
     page_changed: bool | None = None
+
+
+def view_tree_text(view: StepView) -> str:
+    """The view's accessibility tree as text (:func:`engine.agent.tree_text.tree_text`), built once per view."""
+    if view.axtree_text is None:
+        view.axtree_text = tree_text(view.axtree or [], view.axtree_cut)
+    return view.axtree_text
 
 
 @dataclass(slots=True)
@@ -129,6 +141,7 @@ class Policy:
     name = "policy"
     wants_page_probe = False  # True only for oracle policies (scripted demonstrations)
     som = False  # True: observations carry Set-of-Marks elements and screenshots with the marks drawn
+    axtree = False  # True: observations carry the page's accessibility tree (StepView.axtree)
     history_frames = 0  # how many past screenshots act() reads; older ones are dropped from memory
     reads_pixels = True  # False: act() never reads StepView.jpeg (it is None), so the engine copies no screenshot
 

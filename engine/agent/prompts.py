@@ -23,11 +23,14 @@ from engine import json_input
 Interaction = Literal["coordinates", "som"]
 ResponseFormat = Literal["complete", "vanilla"]
 CoordSystem = Literal["grid", "pixels"]
-ActionFormat = Literal["qwen", "uitars", "pyautogui"]  # engine.agent.formats
+ActionFormat = Literal["qwen", "uitars", "pyautogui", "browsergym"]  # engine.agent.formats
+ObserveKind = Literal["screenshot", "axtree"]  # what each step shows the model (AgentConfig.observe)
 INTERACTIONS: tuple[Interaction, ...] = get_args(Interaction)
 RESPONSE_FORMATS: tuple[ResponseFormat, ...] = get_args(ResponseFormat)
 COORD_SYSTEMS: tuple[CoordSystem, ...] = get_args(CoordSystem)
 ACTION_FORMATS: tuple[ActionFormat, ...] = get_args(ActionFormat)
+OBSERVE_KINDS: tuple[ObserveKind, ...] = get_args(ObserveKind)
+ID_FORMATS: frozenset[str] = frozenset({"browsergym"})  # formats whose actions name the tree's elements by id
 
 _COORD_ACTIONS = ["left_click", "type", "scroll", "wait", "go_back", "navigate", "answer"]
 _SOM_ACTIONS = ["left_click", "type", "hover", "select", "scroll", "wait", "go_back", "navigate", "answer"]
@@ -92,6 +95,8 @@ SUMMARY_LINE = "Step $step on [$title]: $action -> $effect"
 STEP_USER_TEMPLATE = ""  # later turns carry only the screenshot (plus the element list in SoM mode)
 ELEMENTS_HEADER = "Interactive elements on the screenshot:"
 ELEMENT_LINE = "id: $id, text: $text, tag: $tag"
+PAGE_LINE = "Page: $title ($url)"  # each step's page in the modes that show the accessibility tree
+TREE_HEADER = "Accessibility tree of the page (ids in brackets):"
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ class PromptTemplates:
     step_user: str = STEP_USER_TEMPLATE
     elements_header: str = ELEMENTS_HEADER
     element_line: str = ELEMENT_LINE
+    page_line: str = PAGE_LINE
+    tree_header: str = TREE_HEADER
 
     @classmethod
     def from_file(cls, path: str | Path) -> PromptTemplates:
@@ -156,6 +163,8 @@ _PLACEHOLDERS: dict[str, set[str]] = {
     "step_user": {"step", "title", "url"},
     "elements_header": set(),
     "element_line": {"id", "text", "tag"},
+    "page_line": {"step", "title", "url"},
+    "tree_header": set(),
 }
 
 
@@ -220,6 +229,9 @@ class AgentConfig:
     response_format: ResponseFormat = "complete"
     coords: CoordSystem = "grid"  # grid (0..1000, Qwen3-VL) | pixels (smart_resize'd image, Qwen2.5-VL / UI-TARS)
     action_format: ActionFormat = "qwen"  # the grammar of the replies (engine.agent.formats)
+    # What each step shows the model: the screenshot, the page's accessibility tree (engine.agent.tree_text), or
+    # both (a hybrid agent); without the screenshot the prompt has no image (text-only models).
+    observe: tuple[ObserveKind, ...] = ("screenshot",)
     window: int = 4  # rounds kept as full multimodal messages
     template_file: str | None = None
     # smart_resize parameters of the model's image processor (pixels mode and the recorded frames).
@@ -233,10 +245,34 @@ class AgentConfig:
             raise ValueError(f"Set-of-Marks needs the qwen action format: {self.action_format} has no element ids")
         if self.window < 0:
             raise ValueError("the context window must be >= 0 rounds")
+        observe = tuple(self.observe)
+        object.__setattr__(self, "observe", observe)  # a list from a file is kept as a tuple (hashable, frozen)
+        if not observe or len(set(observe)) != len(observe) or any(k not in OBSERVE_KINDS for k in observe):
+            raise ValueError(f"observe must name each of {', '.join(OBSERVE_KINDS)} at most once (at least one), "
+                             f"not {','.join(map(str, observe)) or 'nothing'}")
+        if self.action_format in ID_FORMATS and not self.axtree:
+            raise ValueError(f"the {self.action_format} action format names elements of the accessibility tree: "
+                             "observe axtree too")
+        if not self.screenshot and self.action_format not in ID_FORMATS:
+            raise ValueError(f"without the screenshot the model has no coordinates to give: the "
+                             f"{self.action_format} action format needs it (or use browsergym, which names the "
+                             "tree's elements)")
+        if self.som and not self.screenshot:
+            raise ValueError("Set-of-Marks draws on the screenshot: observe screenshot too")
 
     @property
     def som(self) -> bool:
         return self.interaction == "som"
+
+    @property
+    def axtree(self) -> bool:
+        """Each step shows the page's accessibility tree."""
+        return "axtree" in self.observe
+
+    @property
+    def screenshot(self) -> bool:
+        """Each step shows the screenshot."""
+        return "screenshot" in self.observe
 
     def templates(self) -> PromptTemplates:
         return PromptTemplates.from_file(self.template_file) if self.template_file else PromptTemplates()

@@ -21,6 +21,7 @@ from .context import build_messages
 from .coords import CoordFrame, element_centres
 from .formats import action_format
 from .prompts import AgentConfig
+from .tree_text import tree_ids
 
 
 @dataclass(slots=True)
@@ -96,7 +97,8 @@ class AgentProtocol:
     def read(self, text: str, current: StepView) -> ReadReply:
         """A model's reply to the step that observed ``current``, as an action (never raises)."""
         elements = element_centres(current.elements) if self.cfg.som else None
-        action, info = self.format.read(text, self.coord_frame(current), elements)
+        tree = tree_ids(current.axtree or []) if self.cfg.axtree else None
+        action, info = self.format.read(text, self.coord_frame(current), elements, tree)
         parsed = info["reply"]
         details: dict[str, Any] = {
             "action_text": parsed.action_text if parsed else None,

@@ -17,7 +17,7 @@ from typing import Any
 
 from browserpool.pool import BrowserOpError, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
-from engine.agent.policy_api import PolicyError, PolicyReply, PolicyRequest, StepView, training_fields
+from engine.agent.policy_api import PolicyError, PolicyReply, PolicyRequest, StepView, training_fields, view_tree_text
 from engine.episode.context import RolloutContext
 from engine.episode.load_outcome import load_outcome
 from engine.episode.record_parts import OpenEvents, PageLoad, event_entries, final_page, record_result
@@ -170,7 +170,8 @@ class Rollout:
         t = time.monotonic()
         # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
         obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som,
-                                             som_elements=self.ctx.settings.page_limits.elements, **page_args)
+                                             som_elements=self.ctx.settings.page_limits.elements,
+                                             axtree=self.ctx.policy.axtree, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame, self._bound(obs))
@@ -219,6 +220,8 @@ class Rollout:
         }
         if self.current.elements is not None:
             step["elements"] = self.current.elements  # Set-of-Marks: what the numbered boxes were
+        if self.current.axtree is not None:
+            step["axtree"] = view_tree_text(self.current)  # the tree whose ids the action could name
         if self.current_truncated:
             step["truncated"] = self.current_truncated  # what the caps cut from the page the step acted on
         if reply.details is not None:
@@ -283,7 +286,8 @@ class Rollout:
         cur.page_changed = False
         self._push_history(cur)
         self.current = StepView(cur.url, cur.title, cur.jpeg, cur.width, cur.height, cur.settled, cur.frame,
-                                cur.elements)
+                                cur.elements, axtree=cur.axtree, axtree_cut=cur.axtree_cut,
+                                axtree_text=cur.axtree_text)
 
     def _push_history(self, view: StepView) -> None:
         self.history.append(view)
@@ -366,7 +370,8 @@ class Rollout:
             changed = obs.change > 0.0 if obs.change is not None else None
             self.current.page_changed = changed
             self._push_history(self.current)
-        self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements)
+        self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements,
+                                axtree=obs.axtree, axtree_cut=obs.axtree_cut)
         self.current_frame_path = path
         self.current_truncated = truncated
         self.status.url, self.status.title, self.status.screenshot = obs.url, obs.title, path

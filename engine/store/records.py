@@ -147,6 +147,7 @@ class ActionRecord(TypedDict, total=False):
     enter: bool
     seconds: float | None
     element_id: int | None  # Set-of-Marks: the element the model named
+    node: int | None  # the accessibility tree's element the model named (its id in the tree)
 
 
 class PageEvent(TypedDict):
@@ -233,6 +234,7 @@ class StepRecord(TypedDict, total=False):
     timings_ms: dict[str, float]  # policy_ms, the worker's phases, step_ms; pace_ms and store_wait_ms when it waited
     # Optional, from the observation and the reply:
     elements: list[list[int | float | str]]  # Set-of-Marks: [id, tag, text, x, y, w, h] of the numbered boxes
+    axtree: str  # the accessibility tree the step acted on, as the prompt shows it (episodes that observe it)
     truncated: list[str]  # what the caps cut from the page the step acted on
     parsed: dict[str, Any]  # the policy's parsed fields, coordinate frames, generation facts (prompt_sha256...)
     messages: list[dict[str, Any]]  # the chat the model was given, without the episode's system message

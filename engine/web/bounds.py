@@ -30,6 +30,7 @@ class PageLimits:
     text_chars: int = 2000  # other page texts: the note, each string of a probe value, error messages
     probe_items: int = 200  # entries of a probe value's lists and objects (per container)
     events: int = 100  # page events (refused loads, popups, downloads...) reported with one observation
+    axtree_nodes: int = 3000  # accessibility tree nodes per observation (names and values: element_text_chars)
 
 
 DEFAULT_LIMITS = PageLimits()
@@ -83,6 +84,23 @@ def _cap_elements(elements: list[Any], limits: PageLimits, cut: set[str]) -> lis
     return out
 
 
+def _cap_tree(nodes: list[Any], limits: PageLimits, cut: set[str]) -> list[Any]:
+    """At most ``limits.axtree_nodes`` nodes (the first ones: depth-first order), names and values capped, the URLs
+    of their ``url=`` states masked like the page's own."""
+    if limits.axtree_nodes and len(nodes) > limits.axtree_nodes:
+        nodes = nodes[:limits.axtree_nodes]
+        cut.add("axtree")
+    chars = limits.element_text_chars
+    for node in nodes:
+        if chars and (len(node.name) > chars or len(node.value) > chars):
+            node.name, node.value = cap_text(node.name, chars), cap_text(node.value, chars)
+            cut.add("axtree")
+        for i, state in enumerate(node.states):
+            if state.startswith("url="):
+                node.states[i] = "url=" + cap_text(mask_url(state[4:]), limits.url_chars)
+    return nodes
+
+
 def cap_value(value: Any, limits: PageLimits, depth: int = 0) -> tuple[Any, bool]:
     """A JSON-like value from a page (a probe's result) with every string capped to ``text_chars``, every
     list/object to ``probe_items`` entries and nesting to 8 levels; returns (value, whether anything was cut)."""
@@ -117,7 +135,8 @@ def cap_value(value: Any, limits: PageLimits, depth: int = 0) -> tuple[Any, bool
 
 def bound_observation(obs: Any, limits: PageLimits = DEFAULT_LIMITS) -> list[str]:
     """Cap and mask an observation's page texts in place; returns the names of the fields that were cut
-    (``url``, ``title``, ``elements``, ``element_text``, ``note``, ``probe``, ``events``), empty when nothing was.
+    (``url``, ``title``, ``elements``, ``element_text``, ``note``, ``probe``, ``events``, ``axtree``), empty when
+    nothing was.
 
     Works on any object with ``url``, ``title``, ``note``, ``elements``, ``probe`` and ``events`` attributes
     (the protocol's Observation; ``events`` hold ``url`` and ``detail``, masked and capped like the URL and
@@ -154,6 +173,11 @@ def bound_observation(obs: Any, limits: PageLimits = DEFAULT_LIMITS) -> list[str
         if probe_cut:
             obs.probe = probe
             cut.add("probe")
+    tree = getattr(obs, "axtree", None)
+    if tree is not None:
+        obs.axtree = _cap_tree(tree, limits, cut)
+        if getattr(obs, "axtree_cut", False):
+            cut.add("axtree")
     events = getattr(obs, "events", None)
     if events:
         if limits.events and len(events) > limits.events:

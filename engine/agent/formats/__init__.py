@@ -6,11 +6,13 @@ from __future__ import annotations
 from engine.agent.prompts import ACTION_FORMATS
 
 from .base import ActionFormat, CallFormat
+from .browsergym import BrowserGymFormat
 from .pyautogui import PyAutoGUIFormat
 from .qwen import QwenToolCallFormat
 from .uitars import UITarsFormat
 
-FORMATS: dict[str, ActionFormat] = {f.name: f for f in (QwenToolCallFormat(), UITarsFormat(), PyAutoGUIFormat())}
+FORMATS: dict[str, ActionFormat] = {f.name: f for f in (QwenToolCallFormat(), UITarsFormat(), PyAutoGUIFormat(),
+                                                BrowserGymFormat())}
 assert tuple(FORMATS) == ACTION_FORMATS  # the names AgentConfig checks (prompts.py cannot import this package)
 
 

@@ -62,9 +62,10 @@ class ActionFormat(ABC):
         """The system message for a model image of ``width`` x ``height`` (the coordinates' extent)."""
 
     @abstractmethod
-    def read(self, text: str, frame: CoordFrame, elements: Elements | None = None
-             ) -> tuple[AgentAction, dict[str, Any]]:
-        """A reply as an action (``wait`` when nothing usable was found) and what was read; never raises."""
+    def read(self, text: str, frame: CoordFrame, elements: Elements | None = None,
+             tree: frozenset[int] | None = None) -> tuple[AgentAction, dict[str, Any]]:
+        """A reply as an action (``wait`` when nothing usable was found) and what was read; never raises.
+        ``elements``: the Set-of-Marks elements' centres; ``tree``: the ids of the accessibility tree's elements."""
 
 
 # What the system prompt says of the coordinates, per ``--coords``.
@@ -83,8 +84,8 @@ class CallFormat(ActionFormat):
     def system_prompt(self, cfg: AgentConfig, templates: PromptTemplates, width: int, height: int) -> str:
         return fill(self.system_template, screen=fill(_SCREEN[cfg.coords], screen_width=width, screen_height=height))
 
-    def read(self, text: str, frame: CoordFrame, elements: Elements | None = None
-             ) -> tuple[AgentAction, dict[str, Any]]:
+    def read(self, text: str, frame: CoordFrame, elements: Elements | None = None,
+             tree: frozenset[int] | None = None) -> tuple[AgentAction, dict[str, Any]]:
         info: dict[str, Any] = {"reply": None, "call": None, "warnings": [], "frames": None, "error": None,
                                 "skipped": []}
         if not isinstance(text, str):
@@ -99,7 +100,7 @@ class CallFormat(ActionFormat):
                     info["skipped"].append(f"calls past the first {MAX_CALLS} not read")
                     break
                 try:
-                    act, warnings, frames = self.to_action(call, frame)
+                    act, warnings, frames = self.to_action(call, frame, tree)
                 except Exception as e:  # noqa: BLE001 - any failure skips this call, and the next one may do
                     info["skipped"].append(f"call {number}: {skip_reason(e)}")
                     continue
@@ -118,8 +119,10 @@ class CallFormat(ActionFormat):
         ``"call N: why"`` to ``skipped`` for each one that cannot be read."""
 
     @abstractmethod
-    def to_action(self, call: Call, frame: CoordFrame) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
-        """One call as ``(action, warnings, coordinate frames)``; raises ValueError when it is no action."""
+    def to_action(self, call: Call, frame: CoordFrame, tree: frozenset[int] | None = None
+                  ) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
+        """One call as ``(action, warnings, coordinate frames)``; raises ValueError when it is no action. ``tree``: the
+        ids of the accessibility tree's elements (formats that name elements by id)."""
 
 
 def read_call(source: str) -> Call:

@@ -73,7 +73,8 @@ class PyAutoGUIFormat(CallFormat):
                 continue
             yield index, call
 
-    def to_action(self, call: Call, frame: CoordFrame) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
+    def to_action(self, call: Call, frame: CoordFrame, tree: frozenset[int] | None = None
+                  ) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
         name = call.name.removeprefix("pyautogui.")
         if name in ("click", "doubleClick", "leftClick", "moveTo"):
             (x, y), frames, warnings = _point(call, frame)

@@ -22,6 +22,6 @@ class QwenToolCallFormat(ActionFormat):
     def system_prompt(self, cfg: AgentConfig, templates: PromptTemplates, width: int, height: int) -> str:
         return system_prompt(cfg, templates, width, height)
 
-    def read(self, text: str, frame: CoordFrame, elements: Elements | None = None
-             ) -> tuple[AgentAction, dict[str, Any]]:
+    def read(self, text: str, frame: CoordFrame, elements: Elements | None = None,
+             tree: frozenset[int] | None = None) -> tuple[AgentAction, dict[str, Any]]:
         return parse_action(text, frame, elements)

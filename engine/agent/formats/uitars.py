@@ -73,7 +73,8 @@ class UITarsFormat(CallFormat):
                 skipped.append(f"call {number}: {skip_reason(e)}")
             number += 1
 
-    def to_action(self, call: Call, frame: CoordFrame) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
+    def to_action(self, call: Call, frame: CoordFrame, tree: frozenset[int] | None = None
+                  ) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
         name = call.name
         if name in ("click", "left_single", "left_double", "hover"):
             (x, y), frames, warnings = point(call.arg(0, "start_box", "point"), frame, f"{name}'s start_box")

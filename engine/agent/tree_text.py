@@ -1,0 +1,39 @@
+"""An accessibility tree as the text agents read: one node per line, a tab per level of depth, in the conventions of
+BrowserGym's agents (``[id] role 'name', value='...', state, name=value``). The ids in brackets are what id-based
+actions name (``click('412')``); a node that is no element has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from browserpool.protocol import AXNode
+
+CUT_LINE = "(the tree was cut at the worker's node cap: the page has more)"
+
+
+def tree_text(nodes: Sequence[AXNode], cut: bool = False) -> str:
+    """The tree's lines (and one that says so when it was cut)."""
+    lines = [_line(n) for n in nodes]
+    if cut:
+        lines.append(CUT_LINE)
+    return "\n".join(lines)
+
+
+def _line(node: AXNode) -> str:
+    indent = "\t" * min(node.depth, 64)
+    label = f"[{node.id}] " if node.id else ""
+    parts = [f"{indent}{label}{node.role} {_quoted(node.name)}"]
+    if node.value and node.value != node.name:
+        parts.append(f"value={_quoted(node.value)}")
+    parts.extend(node.states)
+    return ", ".join(parts)
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def tree_ids(nodes: Sequence[AXNode]) -> frozenset[int]:
+    """The ids an action may name in this tree."""
+    return frozenset(n.id for n in nodes if n.id)
