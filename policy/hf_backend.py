@@ -54,7 +54,7 @@ from policy.prompting import (
     load_tokenizer,
     prompt_sha256,
 )
-from policy.vision import ProcessedImage, VisionConfig, load_vision_config, stack_images
+from policy.vision import ProcessedImage, VisionConfig, resize_of, stack_images, vision_config_of
 from policy.vision_attention import VISION_ATTENTION_MODES, set_vision_attention
 from policy.vision_tokens import vision_token_ids
 
@@ -254,9 +254,8 @@ class HFModel(LanguageModel):
             bos_token_id=getattr(model.generation_config, "bos_token_id", None), eos_token_id=sorted(stop),
             pad_token_id=int(pad))
         self.model, self.tokenizer, self.device, self.dtype = model, tokenizer, device, dtype
-        self.vision = load_vision_config(self.model_dir)
-        self.resize = {"factor": self.vision.factor, "min_pixels": self.vision.min_pixels,
-                       "max_pixels": self.vision.max_pixels}
+        self.vision = vision_config_of(self.model_dir)  # None: a text-only model (no image processor)
+        self.resize = resize_of(self.vision)
         self.image_token_id = int(image_token_id)
         self.vision_token_ids = set(vision_token_ids(config)) | {self.image_token_id}
         self.stop_token_ids = stop
@@ -336,7 +335,6 @@ class HFModel(LanguageModel):
 
         The recipe is :func:`policy.prompting.build_prompt_ids`, shared with training's rebuild of a step.
         """
-        assert self.vision is not None
         # One tokenizer, many preparing threads: the Rust tokenizer raises "Already borrowed" if one thread
         # changes its padding/truncation state while another encodes, so calls are serialised (they are short).
         try:

@@ -85,9 +85,15 @@ def expand_image_pads(ids: Sequence[int], image_token_id: int, num_tokens: Seque
 
 
 def load_images(messages: Sequence[dict[str, Any]], images: ImageSource,
-                vision_cfg: VisionConfig) -> list[ProcessedImage]:
-    """Every image part of ``messages``, in order, preprocessed for the model (decode, resize, patchify)."""
+                vision_cfg: VisionConfig | None) -> list[ProcessedImage]:
+    """Every image part of ``messages``, in order, preprocessed for the model (decode, resize, patchify).
+    ``vision_cfg`` None: a text-only model, whose prompts may hold no image (PromptError otherwise)."""
     get = images if callable(images) else None
+    if vision_cfg is None:
+        if image_refs(list(messages)):
+            raise PromptError("a text-only model reads no images: observe the accessibility tree alone "
+                              "(--observe axtree)")
+        return []
     out: list[ProcessedImage] = []
     for ref in image_refs(list(messages)):
         try:
@@ -103,7 +109,7 @@ def load_images(messages: Sequence[dict[str, Any]], images: ImageSource,
     return out
 
 
-def build_prompt_ids(tokenizer: Any, vision_cfg: VisionConfig, messages: Sequence[dict[str, Any]],
+def build_prompt_ids(tokenizer: Any, vision_cfg: VisionConfig | None, messages: Sequence[dict[str, Any]],
                      images: ImageSource, *, image_token_id: int | None = None,
                      lock: Any = None) -> tuple[list[int], list[ProcessedImage]]:
     """The prompt token ids the model sees for ``messages`` (system message included, generation prompt

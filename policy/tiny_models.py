@@ -1,11 +1,14 @@
-"""Tiny, randomly initialised Qwen-VL models, built offline, for tests and benchmarks of the model backends.
+"""Tiny, randomly initialised Qwen-VL models (and a text-only Qwen2), built offline, for tests and benchmarks of the
+model backends.
 
 :func:`build_tiny_model` writes a complete Hugging Face model directory (config, safetensors weights,
 generation config, a byte-level BPE tokenizer with the Qwen special tokens and a Qwen-style chat
 template, and the image processor's ``preprocessor_config.json``) in well under a second, with no
 network access. The architecture is the real one (Qwen2-VL, Qwen2.5-VL or Qwen3-VL: same classes, same
 patch and merge sizes, same M-RoPE), only very small, so every code path of a backend runs as it would
-with the released checkpoints. The replies are of course gibberish.
+with the released checkpoints. ``qwen2`` is a text-only language model (Qwen2's classes, no vision tower and no image
+processor), for agents that read the accessibility tree instead of the screenshot. The replies are of course
+gibberish.
 
 Command line: ``python -m policy.tiny_models OUT_DIR --arch qwen3_vl``.
 """
@@ -19,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-#: The architectures :func:`build_tiny_model` knows.
-ARCHS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+#: The architectures :func:`build_tiny_model` knows (``qwen2``: text only).
+ARCHS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2")
 
 #: Qwen's special tokens (``special=True``: skipped by ``decode(skip_special_tokens=True)``).
 SPECIAL_TOKENS: tuple[str, ...] = (
@@ -125,9 +128,6 @@ def build_tiny_model(
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
-    import torch
-    from transformers import GenerationConfig
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ids = _build_tokenizer(out, corpus)
@@ -142,6 +142,8 @@ def build_tiny_model(
         "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
     }
     half = head_dim // 2
+    if arch == "qwen2":
+        return _save_text_model(out, text, ids, seed)
     if arch == "qwen3_vl":
         from transformers import Qwen3VLConfig as ConfigCls
         from transformers import Qwen3VLForConditionalGeneration as ModelCls
@@ -181,18 +183,7 @@ def build_tiny_model(
             with contextlib.suppress(AttributeError, TypeError, ValueError):
                 setattr(config, key, text[key])
 
-    torch.manual_seed(seed)
-    model = ModelCls(config).to(torch.float32).eval()
-    # The default init (std 0.02) gives nearly flat next-token distributions; larger embeddings and output
-    # weights make the random model's choices clear-cut, so greedy decoding is stable under tiny float noise.
-    with torch.no_grad():
-        model.get_input_embeddings().weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(seed + 1))
-        model.get_output_embeddings().weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed + 2))
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-        pad_token_id=ids["<|endoftext|>"], do_sample=True, temperature=1.0, top_p=0.99,
-    )
-    model.save_pretrained(out, safe_serialization=True)
+    _save_weights(ModelCls, config, out, ids, seed)
 
     preprocessor = {
         "image_processor_type": "Qwen2VLImageProcessor",
@@ -204,6 +195,34 @@ def build_tiny_model(
         "patch_size": patch, "temporal_patch_size": 2, "merge_size": merge,
     }
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
+    return out
+
+
+def _save_weights(model_cls: Any, config: Any, out: Path, ids: dict[str, int], seed: int) -> None:
+    import torch
+    from transformers import GenerationConfig
+
+    torch.manual_seed(seed)
+    model = model_cls(config).to(torch.float32).eval()
+    # The default init (std 0.02) gives nearly flat next-token distributions; larger embeddings and output
+    # weights make the random model's choices clear-cut, so greedy decoding is stable under tiny float noise.
+    with torch.no_grad():
+        model.get_input_embeddings().weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(seed + 1))
+        model.get_output_embeddings().weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed + 2))
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        pad_token_id=ids["<|endoftext|>"], do_sample=True, temperature=1.0, top_p=0.99,
+    )
+    model.save_pretrained(out, safe_serialization=True)
+
+
+def _save_text_model(out: Path, text: dict[str, Any], ids: dict[str, int], seed: int) -> Path:
+    """The text-only ``qwen2``: Qwen2's causal LM on the same tokenizer and chat template, no image processor."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**text, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                         tie_word_embeddings=False)
+    _save_weights(Qwen2ForCausalLM, config, out, ids, seed)
     return out
 
 

@@ -82,6 +82,19 @@ def load_vision_config(model_dir: str | Path) -> VisionConfig:
     return VisionConfig.from_dict(json.loads(path.read_text()))
 
 
+def vision_config_of(model_dir: str | Path) -> VisionConfig | None:
+    """The model's :class:`VisionConfig`, or None for a text-only model (a directory without an image processor's
+    ``preprocessor_config.json``: its prompts have no images)."""
+    return load_vision_config(model_dir) if (Path(model_dir) / "preprocessor_config.json").exists() else None
+
+
+def resize_of(vision: VisionConfig | None) -> dict[str, int] | None:
+    """The smart_resize parameters of an image processor (None for a text-only model)."""
+    if vision is None:
+        return None
+    return {"factor": vision.factor, "min_pixels": vision.min_pixels, "max_pixels": vision.max_pixels}
+
+
 @dataclass(slots=True)
 class ProcessedImage:
     """One image, ready for the vision tower."""

@@ -187,7 +187,8 @@ BROWSERGYM_CORPUS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected", "error"), BROWSERGYM_CORPUS, ids=[t[:30] for t, _, _ in BROWSERGYM_CORPUS])
+@pytest.mark.parametrize(("text", "expected", "error"), BROWSERGYM_CORPUS,
+                         ids=[t[:30] for t, _, _ in BROWSERGYM_CORPUS])
 def test_browsergym_replies(text: str, expected: AgentAction, error: str | None) -> None:
     action, info = action_format("browsergym").read(text, AgentProtocol().coord_frame(_view()), None, IDS)
     assert action == expected, info
@@ -241,3 +242,36 @@ async def test_a_stand_in_reading_only_the_tree_solves_the_bundled_tasks(tmp_pat
     for s in steps:  # the prompt as sent: text only, the tree of the page the step acted on
         parts = [p for m in s["messages"] if isinstance(m["content"], list) for p in m["content"]]
         assert all(p["type"] == "text" for p in parts) and s["axtree"] in parts[-1]["text"]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_tiny_text_only_model_runs_on_the_tree_and_its_sequences_rebuild_exactly(
+        tmp_path: Path, sites: str) -> None:
+    pytest.importorskip("torch")
+    from engine.agent.model_api import SamplingParams
+    from engine.clients.service import RolloutService
+    from engine.tasks.schema import StepCaps
+    from policy.registry import BackendConfig, make_policy
+    from policy.tiny_models import build_tiny_model
+    from train.samples import Processing, build_samples
+
+    model_dir = build_tiny_model(tmp_path / "qwen2", "qwen2")
+    assert not (model_dir / "preprocessor_config.json").exists()  # no image processor: a text-only model
+    tasks = load_tasks(subset(tmp_path, per_site=1), sites, step_caps=StepCaps(train=(2, 2, 2)))[:2]
+    agent = AgentConfig(observe=("axtree",), action_format="browsergym", window=1)
+    policy = make_policy("hf", agent=agent, sampling=SamplingParams(max_tokens=8, seed=0),
+                         backend=BackendConfig(model=str(model_dir), device="cpu", max_batch=2))
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
+    async with RolloutService(cfg, base_url=sites) as service:
+        records = await service.gather(service.submit(tasks, policy))
+        assert service.run_dir is not None
+        run_dir = service.run_dir
+    assert len(records) == 2 and not [r for r in records if r["status"] == "error"]
+    steps = [s for r in records for s in r["steps"]]
+    assert steps and all(s["token_ids"] and s["axtree"] for s in steps)  # random text: mostly waits
+    assert all(p["type"] == "text" for s in steps for m in s["messages"] if isinstance(m["content"], list)
+               for p in m["content"])
+    # The trainer rebuilds every step's exact prompt (its sha256 equals the recorded one), with no image in it.
+    result = build_samples([run_dir], Processing.load(model_dir), on_mismatch="raise")
+    assert len(result) == len(steps) == result.prompts_checked
+    assert all(not s.images for s in result.samples)

@@ -64,7 +64,7 @@ from policy.prompting import (
     prompt_ids,
     prompt_sha256,
 )
-from policy.vision import ProcessedImage, VisionConfig, load_vision_config, preprocess_jpeg, stack_images
+from policy.vision import ProcessedImage, VisionConfig, preprocess_jpeg, stack_images, vision_config_of
 from policy.vision_tokens import vision_token_ids
 from train.behaviour import behaviour_temperature
 from train.model_inputs import IGNORE_INDEX
@@ -79,7 +79,7 @@ class Processing:
     """What rebuilding needs from a model directory: tokenizer (with chat template) and image settings."""
 
     tokenizer: Any
-    vision: VisionConfig
+    vision: VisionConfig | None  # None: a text-only model (no image processor), whose prompts have no images
     image_token_id: int
     pad_token_id: int
     end_token_id: int  # the end-of-turn token appended to a reply that has no recorded token ids
@@ -102,11 +102,13 @@ class Processing:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else end
         image_token_id = image_token_id_of(tokenizer, config)
         vision = frozenset(vision_token_ids(config)) | {image_token_id} if config is not None else {image_token_id}
-        return cls(tokenizer, load_vision_config(processor_dir), image_token_id, int(pad), int(end),
+        return cls(tokenizer, vision_config_of(processor_dir), image_token_id, int(pad), int(end),
                    frozenset(vision))
 
     def image_tokens(self, jpeg_header: bytes) -> int:
         """How many ``<|image_pad|>`` tokens a JPEG takes, from its header alone (no decoding)."""
+        if self.vision is None:
+            raise ValueError("a text-only model reads no images: this step's prompt has one")
         width, height = codec.jpeg_size(jpeg_header)
         return image_token_count(width, height, self.vision)
 
@@ -353,7 +355,7 @@ def _load_image(path: str, vision: VisionConfig) -> ProcessedImage:
 class Collator:
     """Samples -> one batch of torch tensors (see the module docstring for the layout); decodes the images."""
 
-    vision: VisionConfig
+    vision: VisionConfig | None
     pad_token_id: int
     image_token_id: int
     mm_token_types: bool = False
@@ -382,6 +384,8 @@ class Collator:
             if s.behaviour_logprobs is not None:
                 behaviour[row, s.prompt_len:length] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
             for path, expected in zip(s.images, s.image_tokens, strict=True):
+                if self.vision is None:
+                    raise ValueError(f"{path}: a text-only model reads no images")
                 image = _load_image(path, self.vision)
                 if image.num_tokens != expected:  # the file changed since the sample was built
                     raise ValueError(f"{path}: {image.num_tokens} image tokens, the sample expanded {expected}")

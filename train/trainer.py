@@ -52,6 +52,7 @@ from typing import Any
 
 from engine.store.records import EpisodeRecord
 from policy.compiled_blocks import check_backend, set_compiled_blocks
+from policy.vision import resize_of
 from policy.vision_attention import set_vision_attention
 from policy.vision_mlp import set_vision_mlp
 from train.behaviour import require_comparable
@@ -99,7 +100,7 @@ def samples_from_runs(cfg: TrainConfig, run_dirs: Sequence[str | Path], proc: Pr
     from train.demos import demonstration_records
 
     proc = proc or Processing.load(cfg.model_dir)
-    resize = {"factor": proc.vision.factor, "min_pixels": proc.vision.min_pixels, "max_pixels": proc.vision.max_pixels}
+    resize = resize_of(proc.vision)
     iterations: list[tuple[str | Path, list[EpisodeRecord]]] = []
     for run_dir in run_dirs:
         records = read_records(run_dir)

@@ -255,7 +255,7 @@ def validate(model_dir: Path, boards: list[tuple[EpisodeRecord, Path, int]], see
     return Validation(sum(picks(p, g) for p, g in zip(greedy, goals, strict=True)) / n, sum(submitted) / n, both / n)
 
 
-def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: Any, resize: dict[str, int]) -> Any:
+def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: Any, resize: dict[str, int] | None) -> Any:
     """The warm start's samples: a careless demonstrator's steps on the demonstration boards.
 
     The scripted policy picked the red square and pressed Submit on every board (``demo_run``). The careless
@@ -311,8 +311,10 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
     from train.samples import Processing, SampleSet
     from train.trainer import train
 
+    from policy.vision import resize_of
+
     proc = Processing.load(model_dir)
-    resize = {"factor": proc.vision.factor, "min_pixels": proc.vision.min_pixels, "max_pixels": proc.vision.max_pixels}
+    resize = resize_of(proc.vision)
     agent_cfg = AgentConfig(**agent)
     samples = careless_demonstrations(cfg, proc, demo_run, agent_cfg, resize)
     picks = SampleSet([x for x in samples.samples if x.step == 0])
