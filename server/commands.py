@@ -4,7 +4,8 @@ Every command has a typed argument struct (a missing, unknown or ill-typed argum
 returns the original's response body. Action commands wait until the page has settled (the worker's settle
 detection, capped) instead of the original's fixed sleeps, and take no screenshot: the client asks for one with
 ``/screenshot`` when it wants it. Element ids are those of the lease's last set_of_marks screenshot
-(:mod:`server.page_info`).
+(:mod:`server.page_info`); the ``*_node`` commands take the ids of the accessibility tree instead
+(``get_accessibility_tree``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from browserpool.keys import MODIFIER_BITS, canonical_key_name
 from browserpool.page import SOM_TEXT_CHARS
 from browserpool.page_scripts import som_expression
 from browserpool.protocol import BrowserAction, ImageFormat
+from engine.agent.tree_text import tree_text
 from engine.store.records import ActionRecord
 from server.leases import Lease, LeaseError
 from server.page_info import PAGE_METADATA_JS, interactive_regions, page_text_js, screenshot_info
@@ -109,6 +111,30 @@ class PageText(_Args):
 
 class Shot(_Args):
     interaction_mode: str = "set_of_marks"
+
+
+NodeIdValue = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+
+
+class NodeId(_Args):
+    id: NodeIdValue  # an element's id in the lease's accessibility tree (get_accessibility_tree)
+
+
+class FillNode(_Args):
+    id: NodeIdValue
+    value: Text
+    press_enter: bool = False
+    delete_existing: bool = True
+
+
+class SelectNode(_Args):
+    id: NodeIdValue
+    value: str
+
+
+class PressNode(_Args):
+    id: NodeIdValue
+    keys: list[str]
 
 
 @dataclass(frozen=True)
@@ -277,6 +303,38 @@ async def get_screenshot_info(lease: Lease, _a: NoArgs) -> dict[str, Any]:
     return screenshot_info(lease.som_elements)
 
 
+async def get_accessibility_tree(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    """The page's accessibility tree: its text as agents read it (ids in brackets), its nodes as
+    ``[id, depth, role, name, value, states]``, and whether the worker's cap cut it."""
+    await lease.ready()
+    obs, frame = await lease.session.observe(axtree=True)
+    frame.release()
+    lease.url, lease.title = obs.url, obs.title
+    nodes = obs.axtree or []
+    return {"axtree": tree_text(nodes, obs.axtree_cut), "nodes": msgspec.to_builtins(nodes), "cut": obs.axtree_cut}
+
+
+async def click_node(lease: Lease, a: NodeId) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("click", node=a.id))
+
+
+async def hover_node(lease: Lease, a: NodeId) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("hover", node=a.id))
+
+
+async def fill_node(lease: Lease, a: FillNode) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("type", node=a.id, text=a.value, clear=a.delete_existing,
+                                           enter=a.press_enter))
+
+
+async def select_node(lease: Lease, a: SelectNode) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("select", node=a.id, text=a.value))
+
+
+async def press_node(lease: Lease, a: PressNode) -> dict[str, Any]:
+    return await _act(lease, BrowserAction("key", node=a.id, keys=_combo(a.keys)))
+
+
 async def screenshot(lease: Lease, a: Shot) -> dict[str, Any]:
     await capture(lease, a.interaction_mode == "set_of_marks")
     return {"status": "screenshot_taken"}
@@ -321,6 +379,13 @@ COMMANDS: dict[str, Command] = {
     "get_interactive_rects": Command(NoArgs, get_interactive_rects, action=False),
     "get_screenshot_info": Command(NoArgs, get_screenshot_info, action=False),
     "screenshot": Command(Shot, screenshot, action=False),
+    # Beyond the original: the accessibility tree, and actions on its elements by id (BrowserGym-style clients).
+    "get_accessibility_tree": Command(NoArgs, get_accessibility_tree, action=False),
+    "click_node": Command(NodeId, click_node),
+    "hover_node": Command(NodeId, hover_node),
+    "fill_node": Command(FillNode, fill_node),
+    "select_node": Command(SelectNode, select_node),
+    "press_node": Command(PressNode, press_node),
 }
 
 

@@ -144,6 +144,28 @@ async def test_set_of_marks_ids_are_the_same_in_screenshots_rects_and_clicks(
     await client.reset(lease)
 
 
+async def test_the_accessibility_tree_and_actions_on_its_ids(client: OmniboxClient,
+                                                               fixture_url: Callable[[str], str]) -> None:
+    lease = await client.get()
+    await client.execute(lease, "visit_page", {"url": fixture_url("form.html")})
+    tree = await client.execute(lease, "get_accessibility_tree")
+    assert tree["cut"] is False and tree["axtree"].startswith("[") and "textbox" in tree["axtree"]
+    field = next(n for n in tree["nodes"] if n[2] == "textbox" and n[4] == "old text")
+    assert f"[{field[0]}] textbox ''" in tree["axtree"]
+    await client.execute(lease, "fill_node", {"id": field[0], "value": "tree"})
+    await client.execute(lease, "press_node", {"id": field[0], "keys": ["Enter"]})
+    assert (await client.execute(lease, "get_page_metadata"))["url"].endswith("/_test/echo?q=tree")
+    await client.execute(lease, "visit_page", {"url": fixture_url("select.html")})
+    nodes = (await client.execute(lease, "get_accessibility_tree"))["nodes"]
+    fruit = next(n for n in nodes if n[2] == "combobox")
+    await client.execute(lease, "select_node", {"id": fruit[0], "value": "Cherry"})
+    assert "picked cherry" in await _text(client, lease)
+    with pytest.raises(OmniboxError) as err:
+        await client.execute(lease, "click_node", {"id": 999999})
+    assert err.value.status == 400 and "element 999999" in err.value.body["message"]
+    await client.reset(lease)
+
+
 async def test_select_scroll_and_text_commands(client: OmniboxClient, fixture_url: Callable[[str], str]) -> None:
     lease = await client.get()
     await client.execute(lease, "visit_page", {"url": fixture_url("select.html")})

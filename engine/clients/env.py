@@ -15,7 +15,9 @@ browsers, each env holding one browser context at a time::
 
 Actions are the agent protocol's action dict (``{"name": "left_click", "x": 10, "y": 20}``, CSS pixels) or
 the model's raw reply text, read by the same parser and coordinate frames as ``run`` (an unusable reply is a
-recorded ``wait``, its parse error in ``info["parse_error"]``). An episode that ends with an error (its browser
+recorded ``wait``, its parse error in ``info["parse_error"]``). With an agent that observes the accessibility tree
+(``AgentConfig(observe=("axtree",), action_format="browsergym")``) each observation's ``axtree`` is the tree's text,
+and replies name its elements by id (``click('12')``). An episode that ends with an error (its browser
 worker died, it ran past its time cap) or that its site blocked (a block page, a site on the blocklist: status
 ``blocked``) raises :class:`EpisodeError` from ``step`` or ``reset``; it has its record, and the next ``reset``
 starts afresh. A run directory that cannot be written (a full disk) raises
@@ -33,7 +35,7 @@ from typing import Any
 
 from engine import _imgcodec as codec
 from engine.agent.actions import AgentAction
-from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest, StepView, training_fields
+from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest, StepView, training_fields, view_tree_text
 from engine.agent.prompts import AgentConfig
 from engine.agent.protocol import AgentProtocol
 from engine.core.core import EngineCore
@@ -63,6 +65,7 @@ class _TrainerPolicy(Policy):
 
     def __init__(self, protocol: AgentProtocol, oracle: bool) -> None:
         self.som = protocol.som
+        self.axtree = protocol.cfg.axtree
         self.history_frames = protocol.window  # the screenshots messages() shows
         self.wants_page_probe = oracle
         self.asked: asyncio.Future[PolicyRequest | None] | None = None
@@ -264,6 +267,8 @@ class AsyncWebEnv:
             "settled": view.settled, "settle": (last.get("result") or {}).get("settle") if last else None,
             "page_changed": last.get("page_changed") if last else None, "step": len(rollout.steps),
             "elements": view.elements,
+            # The accessibility tree as the prompt shows it (agents that observe it: AgentConfig.observe), else None.
+            "axtree": view_tree_text(view) if view.axtree is not None else None,
         }
         if self.decode and jpeg:
             obs["image"] = codec.decode(jpeg)

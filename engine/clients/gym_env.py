@@ -8,7 +8,8 @@ process can share it, so many sync envs still share one pool of browsers::
         obs, info = env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step(model_reply_text)
 
-Observations: ``screenshot`` (an ``(H, W, 3)`` uint8 array of the viewport), ``url`` and ``title``; the JPEG
+Observations: ``screenshot`` (an ``(H, W, 3)`` uint8 array of the viewport), ``url`` and ``title``, and ``axtree``
+(the accessibility tree's text) for an agent that observes it (``AgentConfig.observe``); the JPEG
 bytes, settle status, page-changed and Set-of-Marks elements are in ``info["observation"]``. The action space is
 the model's reply text (any string up to ``max_reply_chars``); an action dict of the agent protocol is accepted
 too.
@@ -36,6 +37,7 @@ from engine.tasks.schema import Task
 
 T = TypeVar("T")
 MAX_TEXT = 1 << 16
+MAX_TREE = 1 << 22  # a tree's text: 3,000 nodes of up to 200-character names and values, and their states
 
 
 class AnyText(spaces.Text):
@@ -116,11 +118,15 @@ class WebEnv(gym.Env[dict[str, Any], str]):
         self.env = AsyncWebEnv(self.core_thread.core, tasks, agent=agent, decode=True)
         worker = self.core_thread.core.cfg.worker
         shape = (worker.viewport_height, worker.viewport_width, 3)
-        self.observation_space = spaces.Dict({
+        fields: dict[str, spaces.Space[Any]] = {
             "screenshot": spaces.Box(0, 255, shape, np.uint8),
             "url": AnyText(MAX_TEXT, min_length=0),
             "title": AnyText(MAX_TEXT, min_length=0),
-        })
+        }
+        self._tree = self.env.protocol.cfg.axtree
+        if self._tree:  # the agent reads the page's accessibility tree: its text, ids in brackets
+            fields["axtree"] = AnyText(MAX_TREE, min_length=0)
+        self.observation_space = spaces.Dict(fields)
         self.action_space = AnyText(max_reply_chars, min_length=0)
         self.render_mode = render_mode
         self._last: np.ndarray | None = None
@@ -160,4 +166,7 @@ class WebEnv(gym.Env[dict[str, Any], str]):
         self.episode_id = info.pop("episode_id", self.episode_id)
         info.pop("frame", None)
         self.record = info.pop("record", self.record)
-        return {"screenshot": image, "url": obs["url"], "title": obs["title"]}, {**info, "observation": obs}
+        observation = {"screenshot": image, "url": obs["url"], "title": obs["title"]}
+        if self._tree:
+            observation["axtree"] = obs["axtree"] or ""
+        return observation, {**info, "observation": obs}
