@@ -324,6 +324,8 @@ function stepView(s, i, viewport) {
     ["url after", result.url && result.url !== s.url ? result.url : null],
     ["timings (ms)", timings.childElementCount ? timings : null],
     ["reply", s.reply && s.reply !== s.action_text ? el("pre", { text: s.reply }) : null],
+    ["accessibility tree", s.axtree ? el("details", { class: "axtree" },
+      el("summary", { text: s.axtree.split("\n").length + " lines" }), el("pre", { text: s.axtree })) : null],
   ]);
   return el("section", { class: "step", id: "step-" + i, "data-step": i },
     el("h3", { text: "step " + i + ": " + (s.action_text || a.name || "") }),
