@@ -655,8 +655,28 @@ def chromium_cpu(store: Store) -> list[str]:
     return lines
 
 
+def observe_cost(store: Store) -> list[str]:
+    """What the accessibility tree adds per observation (``bench.observe_cost``)."""
+    d = need(store, "observe_cost")
+    lines = ["Per observation, with and without the tree, same run "
+             "([docs/benchmarks/observe_cost.json](docs/benchmarks/observe_cost.json), `python -m bench.observe_cost`; "
+             f"{d['config']['sessions']} sessions on one worker, medians of {d['config']['rounds']} rounds):", "",
+             "| page | observes | Chromium CPU (ms) | engine CPU (ms) | latency (ms) | observations/s | tree |",
+             "|---|---|---|---|---|---|---|"]
+    for page, s in d["summary_by_page"].items():
+        for mode in ("screenshot", "screenshot+axtree"):
+            m = s[mode]
+            tree = (f"{num_text(m['nodes']['median'])} nodes, {num_text(m['chars']['median'])} characters"
+                    if "nodes" in m else "")
+            lines.append(f"| {page} ({d['config']['pages'][page]}) | {mode} | {num_text(m['chromium_ms']['median'])} | "
+                         f"{num_text(m['engine_ms']['median'])} | {num_text(m['latency_ms']['median'])} | "
+                         f"{num_text(m['per_s']['median'])} | {tree} |")
+    return lines
+
+
 BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "chromium-cpu": chromium_cpu,
+    "observe-cost": observe_cost,
     "headline": headline,
     "at-a-glance": at_a_glance,
     "suite-goals": suite_goals,

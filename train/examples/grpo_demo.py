@@ -255,7 +255,8 @@ def validate(model_dir: Path, boards: list[tuple[EpisodeRecord, Path, int]], see
     return Validation(sum(picks(p, g) for p, g in zip(greedy, goals, strict=True)) / n, sum(submitted) / n, both / n)
 
 
-def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: Any, resize: dict[str, int] | None) -> Any:
+def careless_demonstrations(cfg: DemoConfig, proc: Any, demo_run: Path, agent: Any,
+                            resize: dict[str, int] | None) -> Any:
     """The warm start's samples: a careless demonstrator's steps on the demonstration boards.
 
     The scripted policy picked the red square and pressed Submit on every board (``demo_run``). The careless
@@ -306,12 +307,11 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
     the finish moves from never submitting towards the demonstrator's mixture and passes through the band). The
     checkpoint and its figures; every check is in ``checks``."""
     from engine.agent.prompts import AgentConfig
+    from policy.vision import resize_of
     from train.config import TrainConfig
     from train.demos import demonstration_records
     from train.samples import Processing, SampleSet
     from train.trainer import train
-
-    from policy.vision import resize_of
 
     proc = Processing.load(model_dir)
     resize = resize_of(proc.vision)
