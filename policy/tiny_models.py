@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-#: The architectures :func:`build_tiny_model` knows (``qwen2``: text only).
-ARCHS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2")
+#: The vision-language architectures :func:`build_tiny_model` knows.
+ARCHS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+#: The text-only ones (no vision tower, no image processor).
+TEXT_ARCHS: tuple[str, ...] = ("qwen2",)
 
 #: Qwen's special tokens (``special=True``: skipped by ``decode(skip_special_tokens=True)``).
 SPECIAL_TOKENS: tuple[str, ...] = (
@@ -126,8 +128,8 @@ def build_tiny_model(
     vision tower's config, e.g. a released model's tower size for a benchmark. ``corpus``: more strings for the
     tokenizer's merges (the words of a task family, which a released tokenizer has as whole tokens).
     """
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    if arch not in ARCHS + TEXT_ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS + TEXT_ARCHS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ids = _build_tokenizer(out, corpus)
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m policy.tiny_models OUT_DIR [--arch ARCH] [--seed N]``."""
     parser = argparse.ArgumentParser(description="Write a tiny random Qwen-VL model directory (offline).")
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--arch", choices=ARCHS, default="qwen2_vl")
+    parser.add_argument("--arch", choices=ARCHS + TEXT_ARCHS, default="qwen2_vl")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -123,6 +124,17 @@ class CallFormat(ActionFormat):
                   ) -> tuple[AgentAction, list[str], dict[str, Any] | None]:
         """One call as ``(action, warnings, coordinate frames)``; raises ValueError when it is no action. ``tree``: the
         ids of the accessibility tree's elements (formats that name elements by id)."""
+
+
+def fenced_code(text: str, opening: re.Pattern[str], reply: ParsedReply) -> tuple[str, bool]:
+    """The code of a reply's first fenced block (``opening``: the fence's pattern), and True; or the whole reply and
+    False when it has none. What comes before the fence is the reply's thought."""
+    fence = opening.search(text)
+    if fence is None:
+        return text, False
+    reply.thought = text[:fence.start()].strip() or None
+    end = text.find("```", fence.end())
+    return (text[fence.end():] if end < 0 else text[fence.end():end]), True
 
 
 def read_call(source: str) -> Call:

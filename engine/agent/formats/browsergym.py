@@ -19,7 +19,7 @@ from engine.agent.coords import CoordFrame, navigable_url
 from engine.agent.parser import ParsedReply, skip_reason
 from engine.agent.prompts import AgentConfig, PromptTemplates
 
-from .base import Call, CallFormat, number, read_call, text_arg
+from .base import Call, CallFormat, fenced_code, number, read_call, text_arg
 
 SYSTEM = """\
 You are an agent that operates a web browser. You get a task and, at every step, the page's accessibility tree: \
@@ -61,21 +61,15 @@ class BrowserGymFormat(CallFormat):
         return SYSTEM.replace("$screen", _SCREEN if cfg.screenshot else "").rstrip()
 
     def calls(self, text: str, reply: ParsedReply, skipped: list[str]) -> Iterator[tuple[int, Call]]:
-        fence = _CODE.search(text)
-        if fence is not None:
-            reply.thought = text[:fence.start()].strip() or None
-            end = text.find("```", fence.end())
-            code = text[fence.end():] if end < 0 else text[fence.end():end]
-        else:
-            code = text
+        code, fenced = fenced_code(text, _CODE, reply)
         thought: list[str] = []
         for index, line in enumerate(s for s in code.splitlines() if s.strip()):
             head = line.strip().split("(", 1)[0].strip()
             if head not in _ACTIONS:
-                if fence is None and reply.thought is None:
+                if not fenced and reply.thought is None:
                     thought.append(line.strip())  # prose before the call is the thought
                 continue
-            if fence is None and reply.thought is None and thought:
+            if not fenced and reply.thought is None and thought:
                 reply.thought = " ".join(thought)
             try:
                 yield index, read_call(line)

@@ -17,7 +17,7 @@ from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame, map_point, navigable_url
 from engine.agent.parser import ParsedReply, skip_reason
 
-from .base import Call, CallFormat, keys, number, read_call, text_arg, typed
+from .base import Call, CallFormat, fenced_code, keys, number, read_call, text_arg, typed
 
 SYSTEM = """\
 You are an agent that operates a web browser by writing Python code with `pyautogui`. You get a task and \
@@ -50,13 +50,7 @@ class PyAutoGUIFormat(CallFormat):
     no_call: ClassVar[str] = "no pyautogui code in reply"
 
     def calls(self, text: str, reply: ParsedReply, skipped: list[str]) -> Iterator[tuple[int, Call]]:
-        fence = _CODE.search(text)
-        if fence is not None:
-            reply.thought = text[:fence.start()].strip() or None
-            end = text.find("```", fence.end())
-            code = text[fence.end():] if end < 0 else text[fence.end():end]
-        else:
-            code = text
+        code, fenced = fenced_code(text, _CODE, reply)
         lines = (s for s in code.splitlines() if s.strip() and not s.lstrip().startswith("#"))
         for index, line in enumerate(lines):
             word = line.strip()
@@ -66,7 +60,7 @@ class PyAutoGUIFormat(CallFormat):
             try:
                 call = read_call(line)
             except Exception as e:  # noqa: BLE001 - a line that is no call is skipped, with why
-                if fence is not None or line.lstrip().startswith(("pyautogui.", "navigate", "go_back", "answer")):
+                if fenced or line.lstrip().startswith(("pyautogui.", "navigate", "go_back", "answer")):
                     skipped.append(f"call {index}: {skip_reason(e)}")
                 elif reply.thought is None:  # prose before unfenced code is the thought
                     reply.thought = line.strip()
