@@ -49,7 +49,8 @@ class Observer:
                 probe = {"error": str(exc).splitlines()[0][:200]}
             timings["probe_ms"] = _ms(t0)
         tree = None
-        if ep.axtree if axtree is None else axtree:
+        wants_tree = ep.axtree if axtree is None else axtree
+        if wants_tree:
             tree = asyncio.ensure_future(_timed(page.axtree()))  # read while the capture is taken
         if not shot:
             nodes, tree_cut, note = await _tree(tree, timings, note)
@@ -63,7 +64,7 @@ class Observer:
             # of two.
             cfg = self.cfg
             captured, marks = await asyncio.gather(
-                _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms)),
+                _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms, tree_ids=wants_tree)),
                 return_exceptions=True)
             if isinstance(captured, BaseException):
                 await _drop(tree)

@@ -233,27 +233,72 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])
 
-    async def som(self, max_elements: int, budget_ms: int) -> tuple[float, list[list[Any]], str | None]:
+    async def som(self, max_elements: int, budget_ms: int, tree_ids: bool = False
+                  ) -> tuple[float, list[list[Any]], str | None]:
         """Set-of-Marks pass: the viewport's CSS width, the visible interactive elements (at most ``max_elements``,
         found within ``budget_ms``), numbered 1..N in document order, each ``[id, tag, text, x, y, w, h]``
-        (viewport CSS px, ints), and what cut the list short (``count``, ``time``; None: nothing did).
+        (viewport CSS px, ints), and what cut the list short (``count``, ``time``; None: nothing did). ``tree_ids``:
+        each element's id is its id in the accessibility tree instead (``browserpool/axtree.py``), so that a hybrid
+        agent names an element by one id in both (1..N when the lookup fails).
 
         Raises PageHung when the page does not answer within screenshot_timeout_s, PlaywrightError when
-        the document went away meanwhile (a navigation)."""
+        the document went away meanwhile."""
+        expression = som_expression(SOM_TEXT_CHARS, max_elements, budget_ms, keep=tree_ids)
+        elements: list[int] = []
         try:
             async with asyncio.timeout(self.cfg.screenshot_timeout_s):
-                res = await self.cdp.send("Runtime.evaluate", {
-                    "expression": som_expression(SOM_TEXT_CHARS, max_elements, budget_ms), "returnByValue": True})
+                if tree_ids:
+                    value, elements = await self._som_by_reference(expression)
+                else:
+                    res = await self.cdp.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+                    value = None if "exceptionDetails" in res else res.get("result", {}).get("value")
         except TimeoutError as exc:
             raise PageHung(f"the element pass did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
-        value = res.get("result", {}).get("value")
-        if "exceptionDetails" in res or not isinstance(value, list) or len(value) != 4:
+        if not isinstance(value, list) or len(value) != 4:
             return float(self.cfg.viewport_width), [], None
         css_width, _css_height, found, cut = value
         if not (_is_number(css_width) and css_width > 0):
             css_width = self.cfg.viewport_width
-        rows = [row for row in found if _is_element(row)] if isinstance(found, list) else []
-        return float(css_width), [[i, *e] for i, e in enumerate(rows, 1)], cut if cut in ("count", "time") else None
+        found = found if isinstance(found, list) else []
+        ids = elements if tree_ids and len(elements) == len(found) else None  # else 1..N
+        kept = [(ids[k] if ids else 0, row) for k, row in enumerate(found) if _is_element(row)]
+        rows = [[i if ids else n, *row] for n, (i, row) in enumerate(kept, 1)]
+        return float(css_width), rows, cut if cut in ("count", "time") else None
+
+    async def _som_by_reference(self, expression: str) -> tuple[Any, list[int]]:
+        """A pass whose result stays in the page (by reference): its values, and each listed element's backend node
+        id ([] when one cannot be had). The references are released at once."""
+        group = "wg-som"
+        res = await self.cdp.send("Runtime.evaluate", {"expression": expression, "objectGroup": group})
+        handle = res.get("result", {}).get("objectId")
+        if "exceptionDetails" in res or not handle:
+            return None, []
+        try:
+            # Index reads only: the page may have replaced Array.prototype's methods.
+            values, listed = await asyncio.gather(
+                self.cdp.send("Runtime.callFunctionOn", {
+                    "objectId": handle, "returnByValue": True,
+                    "functionDeclaration": "function () { return [this[0], this[1], this[2], this[3]]; }"}),
+                self.cdp.send("Runtime.callFunctionOn", {
+                    "objectId": handle, "objectGroup": group,
+                    "functionDeclaration": "function () { return this[4]; }"}))
+            value = values.get("result", {}).get("value")
+            refs = listed.get("result", {}).get("objectId")
+            if not refs:
+                return value, []
+            props = await self.cdp.send("Runtime.getProperties", {"objectId": refs, "ownProperties": True})
+            objects = sorted((int(p["name"]), p["value"]["objectId"]) for p in props.get("result", [])
+                             if str(p.get("name", "")).isdigit() and (p.get("value") or {}).get("objectId"))
+            nodes = await asyncio.gather(*(self.cdp.send("DOM.describeNode", {"objectId": o}) for _, o in objects),
+                                         return_exceptions=True)
+            if not all(isinstance(n, dict) for n in nodes):
+                return value, []
+            return value, [int(n["node"]["backendNodeId"]) for n in nodes if isinstance(n, dict)]
+        except (KeyError, TypeError, ValueError):  # the page's script context answered nonsense
+            return None, []
+        finally:
+            with contextlib.suppress(PlaywrightError):
+                await self.cdp.send("Runtime.releaseObjectGroup", {"objectGroup": group})
 
     async def axtree(self) -> tuple[list[AXNode], bool]:
         """The tab's accessibility tree and whether it was cut (``browserpool/axtree.py``). Raises PageHung when the

@@ -189,7 +189,7 @@ _DEEP_HIT = r"""
 # getBoundingClientRect / checkVisibility / elementFromPoint per candidate only: layout is computed once, nothing
 # writes to the DOM.
 SOM_FN = r"""
-([maxText, maxCount, budgetMs]) => {
+([maxText, maxCount, budgetMs, keep]) => {
   const deepHit = __DEEP_HIT__;
   const t0 = performance.now();
   let cut = null;
@@ -200,7 +200,7 @@ SOM_FN = r"""
     'menuitemradio', 'treeitem']);
   const VIS = { checkOpacity: true, checkVisibilityCSS: true, opacityProperty: true, visibilityProperty: true };
   const clean = (s) => (s == null ? '' : String(s)).replace(/\s+/g, ' ').trim();
-  const out = [];
+  const out = [], els = [];  // els: the elements themselves (kept only when asked: their tree ids are looked up)
 
   const interactive = (el) => {
     const tag = el.tagName;
@@ -295,6 +295,7 @@ SOM_FN = r"""
       if (!box) return;
     }
     const x = Math.floor(box[0]), y = Math.floor(box[1]);
+    if (keep) els.push(el);
     out.push([tagOf(el), nameOf(el), x, y,
               Math.min(Math.ceil(box[2]), vw) - x, Math.min(Math.ceil(box[3]), vh) - y]);
   };
@@ -327,15 +328,16 @@ SOM_FN = r"""
   };
 
   visit(document, 0, 0, [0, 0, vw, vh]);
-  return [vw, vh, out, cut];
+  return keep ? [vw, vh, out, cut, els] : [vw, vh, out, cut];
 }
 """.replace("__DEEP_HIT__", _DEEP_HIT.strip())
 
 
-def som_expression(max_text: int, max_count: int, budget_ms: int) -> str:
+def som_expression(max_text: int, max_count: int, budget_ms: int, keep: bool = False) -> str:
     """A Set-of-Marks pass as an expression: SOM_FN with its caps (element names of ``max_text`` characters, at
-    most ``max_count`` elements, ``budget_ms`` of the page's time)."""
-    return f"({SOM_FN})([{int(max_text)}, {int(max_count)}, {int(budget_ms)}])"
+    most ``max_count`` elements, ``budget_ms`` of the page's time); ``keep``: the result's fifth item is the list of
+    the elements themselves (for a result taken by reference)."""
+    return f"({SOM_FN})([{int(max_text)}, {int(max_count)}, {int(budget_ms)}, {'true' if keep else 'false'}])"
 
 
 # Choose an option of the <select> at a viewport point (through iframes and shadow roots) by its label or

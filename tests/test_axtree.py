@@ -124,6 +124,39 @@ async def test_an_input_is_listed_with_its_type_as_the_original_writes_it(
         await session.close()
 
 
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_hybrid_episodes_marks_carry_the_trees_ids(pool: BrowserPool,
+                                                          fixture_url: Callable[[str], str]) -> None:
+    session = await pool.lease(f"axtree-{next(_episodes)}")
+    try:
+        plain, frame = await session.open(fixture_url("som_collect.html"), som=True)
+        frame.release()
+        obs, frame = await session.open(fixture_url("som_collect.html"), som=True, axtree=True)
+        with frame:
+            assert frame.view[:2] == b"\xff\xd8"
+        marks, tree = obs.elements or [], obs.axtree or []
+        # The same elements, boxes and tags as the plain pass; their ids are the tree's.
+        assert [e[1:] for e in marks] == [e[1:] for e in plain.elements or []] and marks
+        assert [e[0] for e in plain.elements or []] == list(range(1, len(marks) + 1))
+        ids = {n.id for n in tree}
+        # The controls are in the tree under the same ids (a nameless div with an onclick is pruned from the tree:
+        # its mark keeps its own id, which the id-based format accepts too: below).
+        controls = [e for e in marks if e[1].split(",")[0] in ("a", "button", "input", "select", "textarea")]
+        assert len(controls) >= 5 and all(e[0] in ids for e in controls), (marks, tree_text(tree))
+        assert len({e[0] for e in marks}) == len(marks)
+        # One id names the element in both: a click by the mark's id is a click on that element's box.
+        first = marks[0]
+        clicked = await act(session, BrowserAction("click", node=first[0]))
+        x, y, w, h = first[3:]
+        assert clicked.point is not None and x <= clicked.point[0] <= x + w and y <= clicked.point[1] <= y + h
+    finally:
+        await session.close()
+    hybrid = AgentProtocol(AgentConfig(interaction="som", observe=("screenshot", "axtree"),
+                                       action_format="browsergym"))
+    view = StepView("u", "t", b"", 1280, 768, True, None, [[9999, "div", "box", 0, 0, 10, 10]], axtree=list(TREE))
+    assert hybrid.read("click('9999')", view).action == AgentAction("left_click", node=9999)  # a mark, not in the tree
+
+
 def _cdp_node(node_id: int, role: str, name: str = "", children: tuple[int, ...] = (), backend: int | None = None,
               **extra: Any) -> dict[str, Any]:
     return {"nodeId": str(node_id), "role": {"value": role}, "name": {"value": name},

@@ -241,8 +241,9 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         check_choices(self)
-        if self.som and self.action_format != "qwen":
-            raise ValueError(f"Set-of-Marks needs the qwen action format: {self.action_format} has no element ids")
+        if self.som and self.action_format != "qwen" and not (self.action_format in ID_FORMATS and self.axtree):
+            raise ValueError(f"Set-of-Marks needs the qwen action format, or an id-based one with the tree: "
+                             f"{self.action_format} has no element ids")
         if self.window < 0:
             raise ValueError("the context window must be >= 0 rounds")
         observe = tuple(self.observe)

@@ -98,6 +98,8 @@ class AgentProtocol:
         """A model's reply to the step that observed ``current``, as an action (never raises)."""
         elements = element_centres(current.elements) if self.cfg.som else None
         tree = tree_ids(current.axtree or []) if self.cfg.axtree else None
+        if tree is not None and self.cfg.som and current.elements:  # a marked element the tree left out is named too
+            tree = tree | {int(e[0]) for e in current.elements}
         action, info = self.format.read(text, self.coord_frame(current), elements, tree)
         parsed = info["reply"]
         details: dict[str, Any] = {
