@@ -36,8 +36,6 @@ class Observer:
         a rate-limited start page's Retry-After header (opens only). ``axtree``: read the accessibility tree too
         (default: the episode's mode), beside the capture."""
         page = ep.page
-        elements: list[list[Any]] | None = None
-        cut: str | None = None  # why the Set-of-Marks pass stopped early
         note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
         som = ep.som if som is None else som
         probe: Any = None
@@ -59,15 +57,44 @@ class Observer:
                                  timings_ms=timings, point=point, note=note, probe=probe,
                                  events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
                                  retry_after=retry_after, axtree=nodes, axtree_cut=tree_cut)
+        try:
+            image, raw, elements, cut, note = await self._capture(ep, fmt, som, wants_tree, timings, note)
+        except BaseException:
+            await _drop(tree)  # the capture failed: the tree read beside it goes too
+            raise
+        nodes, tree_cut, note = await _tree(tree, timings, note)
+        change = None
+        if fmt == "jpeg":  # the comparison reads JPEGs; an occasional PNG capture leaves the last JPEG in place
+            if ep.last_shot is not None:
+                t0 = time.perf_counter()
+                change = await asyncio.get_running_loop().run_in_executor(None, _changed_fraction, ep.last_shot,
+                                                                          raw)
+                timings["diff_ms"] = _ms(t0)
+            ep.last_shot = raw
+        ref = self.ring.write(image) if (self.ring and self.use_shm) else None
+        # A Reply's body: msgspec encodes the struct as an array.
+        return P.Observation(url=page.url, title=page.title, settled=settle is P.SettleState.QUIET, settle=settle,
+                             width=self.cfg.viewport_width, height=self.cfg.viewport_height, frame=ref,
+                             frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
+                             elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
+                             status=page.status, load_error=page.load_error, retry_after=retry_after,
+                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut)
+
+    async def _capture(self, ep: Episode, fmt: str, som: bool, tree_ids: bool, timings: dict[str, float],
+                       note: str | None) -> tuple[bytes, bytes, list[list[Any]] | None, str | None, str | None]:
+        """The screenshot (with the Set-of-Marks boxes drawn on when ``som``), the raw capture, the elements, why
+        their pass stopped early, and the note with what it ran into."""
+        page = ep.page
+        elements: list[list[Any]] | None = None
+        cut: str | None = None
         if som:
             # Two independent CDP commands of the same settled page: sent together, one round trip instead
             # of two.
             cfg = self.cfg
             captured, marks = await asyncio.gather(
-                _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms, tree_ids=wants_tree)),
+                _timed(page.screenshot(fmt)), _timed(page.som(ep.som_cap, cfg.som_budget_ms, tree_ids=tree_ids)),
                 return_exceptions=True)
             if isinstance(captured, BaseException):
-                await _drop(tree)
                 raise captured
             image, timings["screenshot_ms"] = captured
             raw = image
@@ -91,30 +118,10 @@ class Observer:
             timings["draw_ms"] = _ms(t0)
         else:
             t0 = time.perf_counter()
-            try:
-                image = await page.screenshot(fmt)
-            except BaseException:
-                await _drop(tree)
-                raise
+            image = await page.screenshot(fmt)
             timings["screenshot_ms"] = _ms(t0)
             raw = image
-        nodes, tree_cut, note = await _tree(tree, timings, note)
-        change = None
-        if fmt == "jpeg":  # the comparison reads JPEGs; an occasional PNG capture leaves the last JPEG in place
-            if ep.last_shot is not None:
-                t0 = time.perf_counter()
-                change = await asyncio.get_running_loop().run_in_executor(None, _changed_fraction, ep.last_shot,
-                                                                          raw)
-                timings["diff_ms"] = _ms(t0)
-            ep.last_shot = raw
-        ref = self.ring.write(image) if (self.ring and self.use_shm) else None
-        # A Reply's body: msgspec encodes the struct as an array.
-        return P.Observation(url=page.url, title=page.title, settled=settle is P.SettleState.QUIET, settle=settle,
-                             width=self.cfg.viewport_width, height=self.cfg.viewport_height, frame=ref,
-                             frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
-                             elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
-                             status=page.status, load_error=page.load_error, retry_after=retry_after,
-                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut)
+        return image, raw, elements, cut, note
 
 
 async def _tree(read: asyncio.Future[Any] | None, timings: dict[str, float], note: str | None
