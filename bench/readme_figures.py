@@ -704,7 +704,10 @@ _BLOCK_START = re.compile(r"(>.*|[-+*]|#{1,6}|=+|\|.*|\d{1,9}[.)])")
 
 def wrap(line: str, width: int = WIDTH) -> str:
     """A paragraph or a list item as source lines of at most ``width`` characters (a longer word stays whole), never
-    starting a line with a word that Markdown would read as block syntax."""
+    starting a line with a word that Markdown would read as block syntax. A table row stays one line (Markdown
+    reads a row only from one)."""
+    if line.startswith("|"):
+        return line.replace(_NBSP, " ")
     indent = "  " if line.startswith("- ") else ""
     units: list[str] = []
     for word in line.split(" "):

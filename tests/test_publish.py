@@ -110,6 +110,11 @@ def test_wrapping_never_starts_a_line_with_block_syntax() -> None:
     assert all(not x.strip().startswith((">", "- ", "1.", "#", "+", "*", "|")) for x in lines[1:])
 
 
+def test_a_table_row_is_never_wrapped() -> None:
+    row = "| " + " | ".join(["a long cell of many words"] * 12) + " |"
+    assert wrap(row, width=30) == row
+
+
 def test_the_suite_goals_block_is_one_table_with_every_goal_and_long_rows_stay_whole() -> None:
     store = load_store(ROOT / "docs" / "benchmarks")
     block = render_block("suite-goals", store)
