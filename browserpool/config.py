@@ -115,6 +115,7 @@ class WorkerConfig:
     # cut to axtree_text_chars: a page of a hundred thousand nodes would otherwise fill the prompt and the message.
     axtree_max_nodes: int = 3000
     axtree_text_chars: int = 200
+    dom_max_nodes: int = 3000  # elements of a DOM snapshot (episodes opened with dom), the first in document order
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")

@@ -45,6 +45,7 @@ class Episode:
     som: bool = False  # Set-of-Marks: every observation lists the elements and shows them as boxes
     som_cap: int = 0  # the most elements a Set-of-Marks pass lists (and so draws): the open's cap within the worker's
     axtree: bool = False  # every observation carries the accessibility tree
+    dom: bool = False  # every observation carries the DOM snapshot
     probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
     last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
 

@@ -29,12 +29,12 @@ class Observer:
     async def _observe(self, ep: Episode, settle: P.SettleState, timings: dict[str, float],
                        point: tuple[float, float] | None, *, som: bool | None = None, shot: bool = True,
                        fmt: str = "jpeg", retry_after: str | None = None,
-                       axtree: bool | None = None) -> P.Observation:
+                       axtree: bool | None = None, dom: bool | None = None) -> P.Observation:
         """The settled page as an Observation: the screenshot (``fmt`` jpeg or png; Set-of-Marks boxes drawn on
         it with ``som``, default the episode's mode), its elements, the probe's value and the page's events.
         ``shot`` False: no screenshot (a client that asks for one when it wants it: the HTTP server). ``retry_after``:
-        a rate-limited start page's Retry-After header (opens only). ``axtree``: read the accessibility tree too
-        (default: the episode's mode), beside the capture."""
+        a rate-limited start page's Retry-After header (opens only). ``axtree``, ``dom``: read the accessibility tree
+        and the DOM snapshot too (default: the episode's mode), beside the capture."""
         page = ep.page
         note, page.note = page.note, None  # what the action's own navigation ran into (a refused load)
         som = ep.som if som is None else som
@@ -46,23 +46,25 @@ class Observer:
             except PlaywrightError as exc:  # the document went away meanwhile (a late navigation)
                 probe = {"error": str(exc).splitlines()[0][:200]}
             timings["probe_ms"] = _ms(t0)
-        tree = None
         wants_tree = ep.axtree if axtree is None else axtree
-        if wants_tree:
-            tree = asyncio.ensure_future(_timed(page.axtree()))  # read while the capture is taken
+        # Read while the capture is taken.
+        tree = asyncio.ensure_future(_timed(page.axtree())) if wants_tree else None
+        snapshot = asyncio.ensure_future(_timed(page.dom())) if (ep.dom if dom is None else dom) else None
         if not shot:
-            nodes, tree_cut, note = await _tree(tree, timings, note)
+            nodes, tree_cut, elems, dom_cut, note = await _reads(tree, snapshot, timings, note)
             return P.Observation(url=page.url, title=page.title, settled=settle is P.SettleState.QUIET, settle=settle,
                                  width=self.cfg.viewport_width, height=self.cfg.viewport_height,
                                  timings_ms=timings, point=point, note=note, probe=probe,
                                  events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
-                                 retry_after=retry_after, axtree=nodes, axtree_cut=tree_cut)
+                                 retry_after=retry_after, axtree=nodes, axtree_cut=tree_cut, dom=elems,
+                                 dom_cut=dom_cut)
         try:
             image, raw, elements, cut, note = await self._capture(ep, fmt, som, wants_tree, timings, note)
         except BaseException:
-            await _drop(tree)  # the capture failed: the tree read beside it goes too
+            await _drop(tree)  # the capture failed: the reads beside it go too
+            await _drop(snapshot)
             raise
-        nodes, tree_cut, note = await _tree(tree, timings, note)
+        nodes, tree_cut, elems, dom_cut, note = await _reads(tree, snapshot, timings, note)
         change = None
         if fmt == "jpeg":  # the comparison reads JPEGs; an occasional PNG capture leaves the last JPEG in place
             if ep.last_shot is not None:
@@ -78,7 +80,7 @@ class Observer:
                              frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
                              elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
                              status=page.status, load_error=page.load_error, retry_after=retry_after,
-                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut)
+                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut, dom=elems, dom_cut=dom_cut)
 
     async def _capture(self, ep: Episode, fmt: str, som: bool, tree_ids: bool, timings: dict[str, float],
                        note: str | None) -> tuple[bytes, bytes, list[list[Any]] | None, str | None, str | None]:
@@ -124,22 +126,38 @@ class Observer:
         return image, raw, elements, cut, note
 
 
-async def _tree(read: asyncio.Future[Any] | None, timings: dict[str, float], note: str | None
-                ) -> tuple[list[P.AXNode] | None, bool, str | None]:
-    """The tree a read gave (None when none was asked for), whether it was cut, and the note with why it is empty
-    when the document went away during the read (a late navigation)."""
+async def _reads(tree: asyncio.Future[Any] | None, snapshot: asyncio.Future[Any] | None,
+                 timings: dict[str, float], note: str | None
+                 ) -> tuple[list[P.AXNode] | None, bool, list[P.DOMNode] | None, bool, str | None]:
+    """The tree and the snapshot read beside a capture (:func:`_read` each); when one fails, the other is ended."""
+    try:
+        nodes, tree_cut, note = await _read(tree, "axtree", timings, note)
+    except BaseException:
+        await _drop(snapshot)
+        raise
+    elems, dom_cut, note = await _read(snapshot, "dom", timings, note)
+    return nodes, tree_cut, elems, dom_cut, note
+
+
+_WHAT = {"axtree": "accessibility tree", "dom": "DOM snapshot"}
+
+
+async def _read(read: asyncio.Future[Any] | None, kind: str, timings: dict[str, float], note: str | None
+                ) -> tuple[Any, bool, str | None]:
+    """What a tree or snapshot read (``kind`` axtree or dom) gave (None when none was asked for), whether it was
+    cut, and the note with why it is empty when the document went away during the read (a late navigation)."""
     if read is None:
         return None, False, note
     try:
-        (nodes, cut), timings["axtree_ms"] = await read
+        (nodes, cut), timings[f"{kind}_ms"] = await read
     except PlaywrightError as exc:
-        why = f"no accessibility tree: {exc}".splitlines()[0][:200]
+        why = f"no {_WHAT[kind]}: {exc}".splitlines()[0][:200]
         return [], False, why if note is None else f"{note}; {why}"
     return nodes, cut, note
 
 
 async def _drop(read: asyncio.Future[Any] | None) -> None:
-    """A tree read whose observation failed: ended, its own failure dropped with it."""
+    """A tree or snapshot read whose observation failed: ended, its own failure dropped with it."""
     if read is not None:
         read.cancel()
         await asyncio.wait([read])  # its outcome is not raised here; a cancellation of this task still is

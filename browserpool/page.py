@@ -23,13 +23,14 @@ from playwright.async_api import Error as PlaywrightError
 # Names imported "as" themselves are re-exported: they lived here, and code elsewhere imports them from here.
 from browserpool.axtree import read_axtree
 from browserpool.config import WorkerConfig
+from browserpool.domsnapshot import read_dom
 from browserpool.event_log import EventLog as EventLog
 from browserpool.input_dispatch import InputDispatch, _is_number
 from browserpool.netpolicy import NetPolicy
 from browserpool.page_errors import ActionRefused, PageHung
 from browserpool.page_scripts import LOCATE_FN, som_expression
 from browserpool.page_scripts import TITLE_CHARS as TITLE_CHARS
-from browserpool.protocol import AXNode, BrowserAction, SettleState
+from browserpool.protocol import AXNode, BrowserAction, DOMNode, SettleState
 from browserpool.settle import Settling
 from browserpool.tab_events import DIALOG_STORM as DIALOG_STORM
 from browserpool.tab_events import POPUP_STORM as POPUP_STORM
@@ -308,6 +309,17 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
                 return await read_axtree(self.cdp, self.cfg.axtree_max_nodes, self.cfg.axtree_text_chars)
         except TimeoutError as exc:
             raise PageHung(f"the accessibility tree was not read within {self.cfg.screenshot_timeout_s:g} s") from exc
+
+    async def dom(self) -> tuple[list[DOMNode], bool]:
+        """The tab's elements with their boxes and visibility, and whether they were cut
+        (``browserpool/domsnapshot.py``). Raises PageHung when the page does not answer within
+        screenshot_timeout_s, PlaywrightError when the document went away meanwhile."""
+        try:
+            async with asyncio.timeout(self.cfg.screenshot_timeout_s):
+                return await read_dom(self.cdp, self.cfg.dom_max_nodes,
+                                      (self.cfg.viewport_width, self.cfg.viewport_height))
+        except TimeoutError as exc:
+            raise PageHung(f"the DOM snapshot was not read within {self.cfg.screenshot_timeout_s:g} s") from exc
 
     async def locate(self, selector: str) -> dict[str, Any]:
         """Where the first visible element matching ``selector`` is (viewport CSS px)."""

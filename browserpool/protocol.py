@@ -25,7 +25,8 @@ import msgspec
 # 4: Observation.elements_cut (and an open's som_elements argument, which an older worker would ignore).
 # 5: a Request carries one typed operation (Open, Act, Observe, Locate, Evaluate, Close) instead of op + args.
 # 6: accessibility trees (Open.axtree, Observe.axtree, Observation.axtree and axtree_cut, BrowserAction.node).
-PROTOCOL_VERSION = 6
+# 7: DOM snapshots (Open.dom, Observe.dom, Observation.dom and dom_cut).
+PROTOCOL_VERSION = 7
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
@@ -127,6 +128,25 @@ class AXNode(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     states: list[str] = msgspec.field(default_factory=list)
 
 
+class DOMNode(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """One element of a page's DOM snapshot (``browserpool/domsnapshot.py``), in document order.
+
+    ``id``: the element's backend node id (its id in the accessibility tree too; actions accept it); ``parent``:
+    its parent element's (0: none); ``x``, ``y``, ``w``, ``h``: its box in viewport CSS px; ``visibility``: the
+    part of the box inside the viewport, 0 to 1 (0 when hidden by ``visibility`` or ``opacity``); ``clickable``:
+    Chromium marks it so (a click listener, a link, a form control)."""
+
+    id: Count
+    parent: Count
+    tag: ShortText
+    x: float
+    y: float
+    w: float
+    h: float
+    visibility: float
+    clickable: bool = False
+
+
 class SettleState(StrEnum):
     """How the page stood when an observation was taken (``Observation.settle``)."""
 
@@ -181,6 +201,10 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # the worker's cap (WorkerConfig.axtree_max_nodes).
     axtree: list[AXNode] | None = None
     axtree_cut: bool = False
+    # The page's elements with their boxes and visibility, for episodes opened with dom (None otherwise), and
+    # whether they were cut at the worker's cap (WorkerConfig.dom_max_nodes).
+    dom: list[DOMNode] | None = None
+    dom_cut: bool = False
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -301,6 +325,7 @@ class Open(Operation, tag=Op.OPEN.value):
     som: bool = False  # Set-of-Marks mode for the whole episode
     som_elements: Count = 0  # the most elements it lists and draws (0: the worker's own cap)
     axtree: bool = False  # every observation carries the page's accessibility tree
+    dom: bool = False  # every observation carries the page's DOM snapshot
     setup_js: str | None = None  # run once after the first load
     probe_js: str | None = None  # evaluated after every observation's settle
     shot: bool = True  # False: no screenshot
@@ -319,6 +344,7 @@ class Observe(Operation, tag=Op.OBSERVE.value):
     som: bool | None = None  # None: the episode's mode
     format: ImageFormat = "jpeg"
     axtree: bool | None = None  # None: the episode's mode
+    dom: bool | None = None  # None: the episode's mode
 
 
 class Locate(Operation, tag=Op.LOCATE.value):

@@ -52,8 +52,8 @@ class BrowserSession:
         return self.handle.worker_id
 
     async def open(self, url: str, som: bool = False, setup_js: str | None = None,
-                   probe_js: str | None = None, shot: bool = True, som_elements: int = 0, axtree: bool = False
-                   ) -> tuple[P.Observation, Frame]:
+                   probe_js: str | None = None, shot: bool = True, som_elements: int = 0, axtree: bool = False,
+                   dom: bool = False) -> tuple[P.Observation, Frame]:
         """Open a page for the episode at ``url``; returns the first observation.
 
         ``som``: Set-of-Marks mode for the whole episode: every observation lists the visible interactive
@@ -67,10 +67,11 @@ class BrowserSession:
         open and every act); its JSON value comes back in ``Observation.probe`` (``{"error": ...}`` when it
         threw), e.g. a page's own reward and done flag. ``shot`` False: no screenshot (the frame is empty).
         ``axtree``: every observation carries the page's accessibility tree (``Observation.axtree``), whose ids
-        actions accept (``BrowserAction.node``)."""
+        actions accept (``BrowserAction.node``); ``dom``: every observation carries the page's elements with their
+        boxes and visibility (``Observation.dom``, the same ids)."""
         if type(som_elements) is not int or som_elements < 0:
             raise BrowserOpError(P.ERR_REFUSED, f"som_elements must be a non-negative integer, not {som_elements!r}")
-        operation = P.Open(url=url, som=som, som_elements=som_elements if som else 0, axtree=axtree,
+        operation = P.Open(url=url, som=som, som_elements=som_elements if som else 0, axtree=axtree, dom=dom,
                            setup_js=setup_js, probe_js=probe_js, shot=shot)
         async with self.handle.opens:
             body = await self.pool.request(self.handle, self.episode_id, operation)
@@ -81,14 +82,14 @@ class BrowserSession:
         empty), for a client that asks for one only when it wants it (:meth:`observe`)."""
         return self._observation(await self.pool.request(self.handle, self.episode_id, P.Act(action=action, shot=shot)))
 
-    async def observe(self, som: bool | None = None, fmt: P.ImageFormat = "jpeg", axtree: bool | None = None
-                      ) -> tuple[P.Observation, Frame]:
+    async def observe(self, som: bool | None = None, fmt: P.ImageFormat = "jpeg", axtree: bool | None = None,
+                      dom: bool | None = None) -> tuple[P.Observation, Frame]:
         """Observe the page as it is now, without an action: whatever is still loading is waited for (no quiet
         period). ``som``: Set-of-Marks for this observation (None: the episode's mode); ``fmt``: jpeg or png;
-        ``axtree``: with the accessibility tree (None: the episode's mode)."""
+        ``axtree``, ``dom``: with the accessibility tree, the DOM snapshot (None: the episode's mode)."""
         if fmt not in get_args(P.ImageFormat):
             raise BrowserOpError(P.ERR_REFUSED, f"screenshot format must be jpeg or png, not {str(fmt)[:20]!r}")
-        operation = P.Observe(som=som, format=fmt, axtree=axtree)
+        operation = P.Observe(som=som, format=fmt, axtree=axtree, dom=dom)
         return self._observation(await self.pool.request(self.handle, self.episode_id, operation))
 
     async def locate(self, selector: str) -> dict[str, Any]:

@@ -289,7 +289,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
             return await self._observe(ep, *await ep.page.perform(operation.action), shot=operation.shot)
         if isinstance(operation, P.Observe):
             return await self._observe(ep, *await ep.page.settled(), None, som=operation.som, fmt=operation.format,
-                                       axtree=operation.axtree)
+                                       axtree=operation.axtree, dom=operation.dom)
         if isinstance(operation, P.Locate):
             return await ep.page.locate(operation.selector)
         if isinstance(operation, P.Evaluate):
@@ -314,7 +314,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         # The engine lists at most som_elements: boxes past those would show ids the model cannot use.
         cap = self.cfg.som_max_elements
         ep = Episode(slot, som=som, som_cap=min(cap, som_elements) if som_elements else cap,
-                     axtree=operation.axtree, probe_js=operation.probe_js)
+                     axtree=operation.axtree, dom=operation.dom, probe_js=operation.probe_js)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:

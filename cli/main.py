@@ -170,9 +170,10 @@ def main() -> None:
                    "(Action: click(start_box=...)), pyautogui (pyautogui code, parsed and never run), browsergym "
                    "(BrowserGym's id-based actions on the accessibility tree: click('12'), fill('7', 'text')...).")
 @click.option("--observe", type=ObserveKinds(), default=run_default("observe"), show_default=True,
-              help=f"What each step shows the model, comma-separated: {', '.join(OBSERVE_KINDS)} (the page's "
-                   "accessibility tree, ids in brackets). axtree alone: a text-only prompt (no image), for "
-                   "--action-format browsergym; screenshot,axtree: both (hybrid agents).")
+              help=f"What each step shows the model, comma-separated: {', '.join(OBSERVE_KINDS)} (axtree: the page's "
+                   "accessibility tree, ids in brackets; dom: its DOM snapshot, element boxes and visibility, "
+                   "recorded and marked on the tree's lines as clickable and visible). axtree alone: a text-only "
+                   "prompt (no image), for --action-format browsergym; screenshot,axtree: both (hybrid agents).")
 @click.option("--context-window", type=click.IntRange(0), default=run_default("context_window"), show_default=True,
               help="Past rounds kept as full messages; older ones become one-line summaries.")
 @click.option("--prompt-template", type=click.Path(exists=True, dir_okay=False), default=None,

@@ -46,6 +46,7 @@ class AgentPolicy(Policy):
         self.name = model.name
         self.som = self.cfg.som
         self.axtree = self.cfg.axtree
+        self.dom = self.cfg.dom
         self.reads_pixels = self.cfg.screenshot  # a text-only agent's prompt has no image: none is copied for it
         self.history_frames = self.cfg.window
         self.templates = self.protocol.templates

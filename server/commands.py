@@ -21,7 +21,7 @@ from browserpool.config import SOM_BUDGET_MS, SOM_MAX_ELEMENTS
 from browserpool.keys import MODIFIER_BITS, canonical_key_name
 from browserpool.page import SOM_TEXT_CHARS
 from browserpool.page_scripts import som_expression
-from browserpool.protocol import BrowserAction, ImageFormat
+from browserpool.protocol import BrowserAction, DOMNode, ImageFormat
 from engine.agent.tree_text import tree_text
 from engine.store.records import ActionRecord
 from server.leases import Lease, LeaseError
@@ -311,7 +311,21 @@ async def get_accessibility_tree(lease: Lease, _a: NoArgs) -> dict[str, Any]:
     frame.release()
     lease.url, lease.title = obs.url, obs.title
     nodes = obs.axtree or []
-    return {"axtree": tree_text(nodes, obs.axtree_cut), "nodes": msgspec.to_builtins(nodes), "cut": obs.axtree_cut}
+    text = tree_text(nodes, obs.axtree_cut)
+    lease.recorder.page_read(axtree=text)
+    return {"axtree": text, "nodes": msgspec.to_builtins(nodes), "cut": obs.axtree_cut}
+
+
+async def get_dom_snapshot(lease: Lease, _a: NoArgs) -> dict[str, Any]:
+    """The page's elements with their boxes and visibility (DOM snapshot): rows of ``columns``, the same ids as the
+    accessibility tree's, and whether the worker's cap cut them."""
+    await lease.ready()
+    obs, frame = await lease.session.observe(dom=True)
+    frame.release()
+    lease.url, lease.title = obs.url, obs.title
+    rows = msgspec.to_builtins(obs.dom or [])
+    lease.recorder.page_read(dom=rows)
+    return {"dom": rows, "columns": list(DOMNode.__struct_fields__), "cut": obs.dom_cut}
 
 
 async def click_node(lease: Lease, a: NodeId) -> dict[str, Any]:
@@ -381,6 +395,7 @@ COMMANDS: dict[str, Command] = {
     "screenshot": Command(Shot, screenshot, action=False),
     # Beyond the original: the accessibility tree, and actions on its elements by id (BrowserGym-style clients).
     "get_accessibility_tree": Command(NoArgs, get_accessibility_tree, action=False),
+    "get_dom_snapshot": Command(NoArgs, get_dom_snapshot, action=False),
     "click_node": Command(NodeId, click_node),
     "hover_node": Command(NodeId, hover_node),
     "fill_node": Command(FillNode, fill_node),

@@ -39,6 +39,10 @@ class LeaseRecorder:
         self.steps: list[StepRecord] = []
         self.frames = 0
         self.frame_path: str | None = None  # the last screenshot the client took (the next step acted on it)
+        # The accessibility tree (its text) and the DOM snapshot (rows) the client read since the last action: the
+        # next step records them beside its screenshot.
+        self.axtree: str | None = None
+        self.dom: list[Any] | None = None
         self.url, self.title, self.first_url = "about:blank", "", ""
         self.worker: str | None = None
         self.lease_ms = 0.0
@@ -67,6 +71,15 @@ class LeaseRecorder:
                 self.frames += 1
                 self.status.screenshot = self.frame_path
         self._set(State.RUNNING, Op.SCREENSHOT)
+
+    def page_read(self, axtree: str | None = None, dom: list[Any] | None = None) -> None:
+        """The client read the page's accessibility tree or its DOM snapshot (the next step records what it read)."""
+        if not self.record:
+            return
+        if axtree is not None:
+            self.axtree = axtree
+        if dom is not None:
+            self.dom = dom
 
     def step(self, action: ActionRecord, text: str, timings_ms: dict[str, float], result: dict[str, Any],
              error: str | None = None) -> None:
@@ -116,6 +129,11 @@ class LeaseRecorder:
             "step": len(self.steps), "url": mask_url(self.url), "title": self.title, "screenshot": self.frame_path,
             "settled": True, "action": action, "action_text": text, "reply": text, "thought": None,
             "parse_error": None, "policy_version": None, "timings_ms": timings_ms}
+        if self.axtree is not None:
+            step["axtree"] = self.axtree
+        if self.dom is not None:
+            step["dom"] = self.dom
+        self.axtree = self.dom = None  # read again for the page the action left
         if error is not None:
             step["error"] = error
             return step

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import uvloop
+from playwright.async_api import Page, async_playwright
 
-from browserpool.config import WorkerConfig
+from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool, BrowserSession, Frame, PoolConfig
 from browserpool.protocol import Observation
 from browserpool.worker import BrowserWorker
@@ -113,17 +114,31 @@ async def pool() -> AsyncIterator[BrowserPool]:
 
 
 @contextlib.asynccontextmanager
-async def open_session(pool: BrowserPool, url: str
+async def open_session(pool: BrowserPool, url: str, **open_args: Any
                        ) -> AsyncIterator[tuple[BrowserSession, Observation, Frame]]:
-    """Lease a session on ``pool``, open ``url`` and yield (session, first observation, its frame);
-    the frame is released and the session closed on exit."""
+    """Lease a session on ``pool``, open ``url`` (with ``open_args``: ``axtree=True``...) and yield (session, first
+    observation, its frame); the frame is released and the session closed on exit."""
     session = await pool.lease(f"test-ep-{next(_episode_ids)}")
     try:
-        obs, frame = await session.open(url)
+        obs, frame = await session.open(url, **open_args)
         with frame:
             yield session, obs, frame
     finally:
         await session.close()
+
+
+@contextlib.asynccontextmanager
+async def viewer_episode(index: Path, episode: int = 0) -> AsyncIterator[Page]:
+    """The viewer's page of one episode (``index``: the report's index.html), loaded in a Chromium of its own."""
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(index.with_name("episode.html").as_uri() + f"#{episode}")
+            await page.wait_for_selector(f"body[data-loaded='{episode}']")
+            yield page
+        finally:
+            await browser.close()
 
 
 @pytest.fixture

@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import async_playwright
 
 from browserpool.axtree import CROSS_SITE, _flatten
-from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM
 from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.protocol import AXNode, BrowserAction, Observation
 from engine.agent.actions import AgentAction
@@ -33,7 +31,7 @@ from engine.tasks.loading import load_tasks
 from engine.tasks.schema import Task
 from policy.agent_policy import AgentPolicy
 from policy.tree_scripted import TreeScriptedModel
-from tests.conftest import subset
+from tests.conftest import subset, viewer_episode
 from viewer.report import build_report
 
 _episodes = iter(range(10**6))
@@ -280,13 +278,8 @@ async def test_a_stand_in_reading_only_the_tree_solves_the_bundled_tasks(tmp_pat
         assert all(p["type"] == "text" for p in parts) and s["axtree"] in parts[-1]["text"]
     # The viewer shows each step's tree (folded) beside its screenshot.
     index = build_report(run_dir)
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=CHROMIUM_FLAGS)
-        page = await browser.new_page()
-        await page.goto(index.with_name("episode.html").as_uri() + "#0")
-        await page.wait_for_selector("body[data-loaded='0']")
+    async with viewer_episode(index) as page:
         shown = await page.eval_on_selector_all("details.axtree pre", "ps => ps.map(p => p.textContent)")
-        await browser.close()
     assert shown == [s["axtree"] for s in records[0]["steps"]]
 
 

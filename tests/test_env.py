@@ -279,20 +279,26 @@ async def test_the_env_gives_the_model_what_run_would(tmp_path: Path, site_serve
 
 def test_a_text_agents_web_env_observes_the_tree_and_acts_by_id(tmp_path: Path) -> None:
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
-    agent = AgentConfig(observe=("axtree",), action_format="browsergym")
+    agent = AgentConfig(observe=("axtree", "dom"), action_format="browsergym")
     with CoreThread(cfg, serve_sites=True) as core:
         assert core.base_url is not None
         tasks = [t for t in load_tasks(subset(tmp_path, per_site=1), core.base_url) if "/shop/" in t.website]
         env = WebEnv(core, tasks, agent=agent)
         assert env.observation_space["axtree"].contains("[1] RootWebArea 'x'")
-        obs, _ = env.reset(options={"task_id": tasks[0].task_id})
+        obs, info = env.reset(options={"task_id": tasks[0].task_id})
         assert obs in env.observation_space
         box = next(line for line in obs["axtree"].splitlines() if " searchbox " in line)
         bid = box.strip().split("]")[0].lstrip("[")
+        # With the DOM snapshot: the box's line is marked as BrowserGym marks it, its row has the same id.
+        assert ", clickable, visible" in box
+        first_dom = info["observation"]["dom"]
+        row = next(r for r in first_dom if r[0] == int(bid))
+        assert row[2] == "input" and row[7] == 1.0 and row[8] is True
         obs, _, _, _, info = env.step(f"The search box.\n```\nfill('{bid}', 'mug')\n```")
         assert info["parse_error"] is None and info["action"] == {"name": "type", "text": "mug", "enter": False,
                                                                   "node": int(bid)}
         assert "value='mug'" in obs["axtree"]
         _, _, terminated, _, info = env.step("send_msg_to_user('done')")
         assert terminated and env.record is not None and env.record["steps"][0]["axtree"].startswith("[")
+        assert env.record["steps"][0]["dom"] == first_dom  # the snapshot the first step acted on
         env.close()

@@ -197,10 +197,13 @@ def test_observation_wire_layout() -> None:
     assert _wire(OBS_INLINE)[7] == OBS_INLINE.frame_bytes
     assert w[11] is None  # elements: None outside Set-of-Marks mode
     assert _wire(OBS_SOM)[11] == OBS_SOM.elements
-    assert _wire(OBS_SOM)[-3] == "count" and w[-3] is None  # elements_cut: why a Set-of-Marks pass stopped early
-    assert w[-2:] == [None, False]  # axtree (None: the episode does not observe it) and axtree_cut
-    tree = msgspec.structs.replace(OBS_SHM, axtree=[P.AXNode(5, 1, "button", "Go", states=["focused"])])
-    assert _wire(tree)[-2] == [[5, 1, "button", "Go", "", ["focused"]]]  # a node travels as an array
+    assert _wire(OBS_SOM)[-5] == "count" and w[-5] is None  # elements_cut: why a Set-of-Marks pass stopped early
+    assert w[-4:-2] == [None, False]  # axtree (None: the episode does not observe it) and axtree_cut
+    assert w[-2:] == [None, False]  # dom and dom_cut, likewise
+    tree = msgspec.structs.replace(OBS_SHM, axtree=[P.AXNode(5, 1, "button", "Go", states=["focused"])],
+                                   dom=[P.DOMNode(5, 2, "button", 1.5, 2, 30, 20, 1.0, True)])
+    assert _wire(tree)[-4] == [[5, 1, "button", "Go", "", ["focused"]]]  # a node travels as an array
+    assert _wire(tree)[-2] == [[5, 2, "button", 1.5, 2.0, 30.0, 20.0, 1.0, True]]
     assert P.decode_observation(P.decode_from_worker(P.encode(P.Reply(1, True, _wire(tree)))).body) == tree
     assert w[12] is None  # probe: None when the episode has no probe expression
     assert _wire(OBS_PROBE)[12] == OBS_PROBE.probe

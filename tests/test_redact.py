@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from browserpool.protocol import Observation, PageEvent
+from browserpool.protocol import DOMNode, Observation, PageEvent
 from engine.web.bounds import ELLIPSIS, PageLimits, bound_observation, cap_text, cap_value
 from engine.web.redact import MASK, is_secret_name, mask_text, mask_url, redact_tree
 
@@ -120,6 +120,17 @@ def test_bound_observation_masks_and_caps_page_events() -> None:
     first, second = obs.events
     assert first.url.startswith("http://***@169.254.169.254/?token=***&") and len(first.url) == 40
     assert len(first.detail) == 30 and second.url == "http://h/?sig=***" and second.detail == "closed"
+
+
+def test_bound_observation_caps_a_dom_snapshot() -> None:
+    # A worker's snapshot past the engine's cap, a long tag, a box that is no finite number (a record is JSON).
+    dom = [DOMNode(i, 0, "div", 0, 10 * i, 5, 5, 1.0) for i in range(1, 6)]
+    dom[0].tag, dom[1].x, dom[2].visibility = "x" * 100, float("nan"), float("inf")
+    obs = _obs(dom=dom)
+    assert bound_observation(obs, PageLimits(dom_nodes=3, element_tag_chars=8)) == ["dom"]
+    assert [n.id for n in obs.dom] == [1, 2, 3] and obs.dom[0].tag == "x" * 7 + ELLIPSIS
+    assert obs.dom[1].x == 0 and obs.dom[2].visibility == 0
+    assert bound_observation(_obs(dom=[], dom_cut=True)) == ["dom"]  # the worker's own cut is flagged too
 
 
 def test_bound_observation_leaves_small_pages_alone() -> None:

@@ -144,7 +144,8 @@ async def test_set_of_marks_ids_are_the_same_in_screenshots_rects_and_clicks(
     await client.reset(lease)
 
 
-async def test_the_accessibility_tree_and_actions_on_its_ids(client: OmniboxClient,
+async def test_the_accessibility_tree_and_actions_on_its_ids(served: tuple[EngineCore, BrowserServer],
+                                                               client: OmniboxClient,
                                                                fixture_url: Callable[[str], str]) -> None:
     lease = await client.get()
     await client.execute(lease, "visit_page", {"url": fixture_url("form.html")})
@@ -152,6 +153,11 @@ async def test_the_accessibility_tree_and_actions_on_its_ids(client: OmniboxClie
     assert tree["cut"] is False and tree["axtree"].startswith("[") and "textbox" in tree["axtree"]
     field = next(n for n in tree["nodes"] if n[2] == "textbox" and n[4] == "old text")
     assert f"[{field[0]}] textbox ''" in tree["axtree"]
+    # The DOM snapshot: the same element under the same id, with its box.
+    dom = await client.execute(lease, "get_dom_snapshot")
+    assert dom["cut"] is False and dom["columns"][:3] == ["id", "parent", "tag"]
+    box = next(row for row in dom["dom"] if row[0] == field[0])
+    assert box[2] == "input" and box[5] > 0 and box[6] > 0 and box[7] == 1 and box[8] is True
     await client.execute(lease, "fill_node", {"id": field[0], "value": "tree"})
     await client.execute(lease, "press_node", {"id": field[0], "keys": ["Enter"]})
     assert (await client.execute(lease, "get_page_metadata"))["url"].endswith("/_test/echo?q=tree")
@@ -164,6 +170,15 @@ async def test_the_accessibility_tree_and_actions_on_its_ids(client: OmniboxClie
         await client.execute(lease, "click_node", {"id": 999999})
     assert err.value.status == 400 and "element 999999" in err.value.body["message"]
     await client.reset(lease)
+    # The lease's record: each step keeps the tree and the snapshot its client read before it, and only those.
+    record = next(r for r in read_records(served[0].run_dir)  # type: ignore[arg-type]
+                  if lease["instance_id"] in r["task"]["task_name"])
+    names = [s["action"]["name"] for s in record["steps"]]
+    assert names == ["visit_page", "fill_node", "press_node", "visit_page", "select_node", "click_node"]
+    filled, pressed, selected = record["steps"][1], record["steps"][2], record["steps"][4]
+    assert filled["axtree"] == tree["axtree"] and filled["dom"] == dom["dom"]
+    assert "axtree" not in pressed and "dom" not in pressed
+    assert "combobox" in selected["axtree"] and "dom" not in selected
 
 
 async def test_select_scroll_and_text_commands(client: OmniboxClient, fixture_url: Callable[[str], str]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from browserpool.protocol import AXNode
+from browserpool.protocol import AXNode, DOMNode
 from engine.agent.actions import AgentAction
 from engine.agent.tree_text import tree_text
 from engine.tasks.schema import Task
@@ -41,6 +41,7 @@ class StepView:
     axtree: list[AXNode] | None = None  # the page's accessibility tree (policies with ``axtree``)
     axtree_cut: bool = False  # the worker's node cap cut it
     axtree_text: str | None = None  # the tree as the prompt shows it (built once, on first use: tree_text)
+    dom: list[DOMNode] | None = None  # the page's elements with boxes and visibility (policies with ``dom``)
     # Filled in once the step's decision is made (history only):
     action: AgentAction | None = None
     action_text: str | None = None  # the model's own one-line description of the action, if any
@@ -49,9 +50,10 @@ class StepView:
 
 
 def view_tree_text(view: StepView) -> str:
-    """The view's accessibility tree as text (:func:`engine.agent.tree_text.tree_text`), built once per view."""
+    """The view's accessibility tree as text (:func:`engine.agent.tree_text.tree_text`, with the DOM snapshot's
+    marks when the view has one), built once per view."""
     if view.axtree_text is None:
-        view.axtree_text = tree_text(view.axtree or [], view.axtree_cut)
+        view.axtree_text = tree_text(view.axtree or [], view.axtree_cut, view.dom)
     return view.axtree_text
 
 
@@ -142,6 +144,7 @@ class Policy:
     wants_page_probe = False  # True only for oracle policies (scripted demonstrations)
     som = False  # True: observations carry Set-of-Marks elements and screenshots with the marks drawn
     axtree = False  # True: observations carry the page's accessibility tree (StepView.axtree)
+    dom = False  # True: observations carry the page's DOM snapshot (StepView.dom)
     history_frames = 0  # how many past screenshots act() reads; older ones are dropped from memory
     reads_pixels = True  # False: act() never reads StepView.jpeg (it is None), so the engine copies no screenshot
 

@@ -24,7 +24,7 @@ Interaction = Literal["coordinates", "som"]
 ResponseFormat = Literal["complete", "vanilla"]
 CoordSystem = Literal["grid", "pixels"]
 ActionFormat = Literal["qwen", "uitars", "pyautogui", "browsergym"]  # engine.agent.formats
-ObserveKind = Literal["screenshot", "axtree"]  # what each step shows the model (AgentConfig.observe)
+ObserveKind = Literal["screenshot", "axtree", "dom"]  # what each step shows the model (AgentConfig.observe)
 INTERACTIONS: tuple[Interaction, ...] = get_args(Interaction)
 RESPONSE_FORMATS: tuple[ResponseFormat, ...] = get_args(ResponseFormat)
 COORD_SYSTEMS: tuple[CoordSystem, ...] = get_args(CoordSystem)
@@ -251,6 +251,9 @@ class AgentConfig:
         if not observe or len(set(observe)) != len(observe) or any(k not in OBSERVE_KINDS for k in observe):
             raise ValueError(f"observe must name each of {', '.join(OBSERVE_KINDS)} at most once (at least one), "
                              f"not {','.join(map(str, observe)) or 'nothing'}")
+        if self.dom and not (self.screenshot or self.axtree):
+            raise ValueError("the DOM snapshot marks the tree's elements (and is recorded beside the screenshot): "
+                             "observe axtree or screenshot too")
         if self.action_format in ID_FORMATS and not self.axtree:
             raise ValueError(f"the {self.action_format} action format names elements of the accessibility tree: "
                              "observe axtree too")
@@ -269,6 +272,11 @@ class AgentConfig:
     def axtree(self) -> bool:
         """Each step shows the page's accessibility tree."""
         return "axtree" in self.observe
+
+    @property
+    def dom(self) -> bool:
+        """Each step carries the page's DOM snapshot: its marks (clickable, visible) on the tree's lines."""
+        return "dom" in self.observe
 
     @property
     def screenshot(self) -> bool:

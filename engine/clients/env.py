@@ -17,10 +17,12 @@ Actions are the agent protocol's action dict (``{"name": "left_click", "x": 10, 
 the model's raw reply text, read by the same parser and coordinate frames as ``run`` (an unusable reply is a
 recorded ``wait``, its parse error in ``info["parse_error"]``). With an agent that observes the accessibility tree
 (``AgentConfig(observe=("axtree",), action_format="browsergym")``) each observation's ``axtree`` is the tree's text,
-and replies name its elements by id (``click('12')``). An episode that ends with an error (its browser
-worker died, it ran past its time cap) or that its site blocked (a block page, a site on the blocklist: status
-``blocked``) raises :class:`EpisodeError` from ``step`` or ``reset``; it has its record, and the next ``reset``
-starts afresh. A run directory that cannot be written (a full disk) raises
+and replies name its elements by id (``click('12')``); one that observes the DOM snapshot too (``"dom"``) gets
+its elements as ``dom``, rows of :class:`browserpool.protocol.DOMNode`'s fields (id, parent, tag, x, y, w, h in
+viewport CSS px, visibility 0..1, clickable), and the tree's lines marked ``clickable`` and ``visible``. An
+episode that ends with an error (its browser worker died, it ran past its time cap) or that its site blocked (a
+block page, a site on the blocklist: status ``blocked``) raises :class:`EpisodeError` from ``step`` or ``reset``;
+it has its record, and the next ``reset`` starts afresh. A run directory that cannot be written (a full disk) raises
 :class:`engine.store.run_dir.StoreFailed` from ``step`` and ``reset``: nothing more can be recorded.
 """
 
@@ -32,6 +34,8 @@ import dataclasses
 import random
 from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from engine import _imgcodec as codec
 from engine.agent.actions import AgentAction
@@ -66,6 +70,7 @@ class _TrainerPolicy(Policy):
     def __init__(self, protocol: AgentProtocol, oracle: bool) -> None:
         self.som = protocol.som
         self.axtree = protocol.cfg.axtree
+        self.dom = protocol.cfg.dom
         self.history_frames = protocol.window  # the screenshots messages() shows
         self.wants_page_probe = oracle
         self.asked: asyncio.Future[PolicyRequest | None] | None = None
@@ -269,6 +274,7 @@ class AsyncWebEnv:
             "elements": view.elements,
             # The accessibility tree as the prompt shows it (agents that observe it: AgentConfig.observe), else None.
             "axtree": view_tree_text(view) if view.axtree is not None else None,
+            "dom": msgspec.to_builtins(view.dom) if view.dom is not None else None,  # likewise the DOM snapshot
         }
         if self.decode and jpeg:
             obs["image"] = codec.decode(jpeg)

@@ -10,7 +10,8 @@ process can share it, so many sync envs still share one pool of browsers::
 
 Observations: ``screenshot`` (an ``(H, W, 3)`` uint8 array of the viewport), ``url`` and ``title``, and ``axtree``
 (the accessibility tree's text) for an agent that observes it (``AgentConfig.observe``); the JPEG
-bytes, settle status, page-changed and Set-of-Marks elements are in ``info["observation"]``. The action space is
+bytes, settle status, page-changed, Set-of-Marks elements and the DOM snapshot's rows (an agent that observes
+``dom``) are in ``info["observation"]``. The action space is
 the model's reply text (any string up to ``max_reply_chars``); an action dict of the agent protocol is accepted
 too.
 """

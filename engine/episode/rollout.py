@@ -15,6 +15,8 @@ import dataclasses
 import time
 from typing import Any
 
+import msgspec
+
 from browserpool.pool import BrowserOpError, BrowserSession, Frame, WorkerLost
 from browserpool.protocol import ERR_REFUSED, Observation
 from engine.agent.policy_api import PolicyError, PolicyReply, PolicyRequest, StepView, training_fields, view_tree_text
@@ -171,7 +173,7 @@ class Rollout:
         # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
         obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som,
                                              som_elements=self.ctx.settings.page_limits.elements,
-                                             axtree=self.ctx.policy.axtree, **page_args)
+                                             axtree=self.ctx.policy.axtree, dom=self.ctx.policy.dom, **page_args)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame, self._bound(obs))
@@ -222,6 +224,8 @@ class Rollout:
             step["elements"] = self.current.elements  # Set-of-Marks: what the numbered boxes were
         if self.current.axtree is not None:
             step["axtree"] = view_tree_text(self.current)  # the tree whose ids the action could name
+        if self.current.dom is not None:
+            step["dom"] = msgspec.to_builtins(self.current.dom)  # the boxes and visibility the step saw: rows
         if self.current_truncated:
             step["truncated"] = self.current_truncated  # what the caps cut from the page the step acted on
         if reply.details is not None:
@@ -287,7 +291,7 @@ class Rollout:
         self._push_history(cur)
         self.current = StepView(cur.url, cur.title, cur.jpeg, cur.width, cur.height, cur.settled, cur.frame,
                                 cur.elements, axtree=cur.axtree, axtree_cut=cur.axtree_cut,
-                                axtree_text=cur.axtree_text)
+                                axtree_text=cur.axtree_text, dom=cur.dom)
 
     def _push_history(self, view: StepView) -> None:
         self.history.append(view)
@@ -371,7 +375,7 @@ class Rollout:
             self.current.page_changed = changed
             self._push_history(self.current)
         self.current = StepView(obs.url, obs.title, jpeg, obs.width, obs.height, obs.settled, path, obs.elements,
-                                axtree=obs.axtree, axtree_cut=obs.axtree_cut)
+                                axtree=obs.axtree, axtree_cut=obs.axtree_cut, dom=obs.dom)
         self.current_frame_path = path
         self.current_truncated = truncated
         self.status.url, self.status.title, self.status.screenshot = obs.url, obs.title, path

@@ -235,6 +235,9 @@ class StepRecord(TypedDict, total=False):
     # Optional, from the observation and the reply:
     elements: list[list[int | float | str]]  # Set-of-Marks: [id, tag, text, x, y, w, h] of the numbered boxes
     axtree: str  # the accessibility tree the step acted on, as the prompt shows it (episodes that observe it)
+    # The DOM snapshot the step saw (episodes that observe it): one row per element, browserpool.protocol.DOMNode's
+    # fields in order (id, parent, tag, x, y, w, h, visibility, clickable).
+    dom: list[list[int | float | str | bool]]
     truncated: list[str]  # what the caps cut from the page the step acted on
     parsed: dict[str, Any]  # the policy's parsed fields, coordinate frames, generation facts (prompt_sha256...)
     messages: list[dict[str, Any]]  # the chat the model was given, without the episode's system message

@@ -9,6 +9,7 @@ where the engine itself needs it (the task's website to navigate, programmatic U
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -31,6 +32,7 @@ class PageLimits:
     probe_items: int = 200  # entries of a probe value's lists and objects (per container)
     events: int = 100  # page events (refused loads, popups, downloads...) reported with one observation
     axtree_nodes: int = 3000  # accessibility tree nodes per observation (names and values: element_text_chars)
+    dom_nodes: int = 3000  # DOM snapshot elements per observation (tags: element_tag_chars)
 
 
 DEFAULT_LIMITS = PageLimits()
@@ -101,6 +103,21 @@ def _cap_tree(nodes: list[Any], limits: PageLimits, cut: set[str]) -> list[Any]:
     return nodes
 
 
+def _cap_dom(nodes: list[Any], limits: PageLimits, cut: set[str]) -> list[Any]:
+    """At most ``limits.dom_nodes`` elements (the first ones: document order), tags capped, a box or visibility
+    that is no finite number made 0 (a record is JSON)."""
+    if limits.dom_nodes and len(nodes) > limits.dom_nodes:
+        nodes = nodes[:limits.dom_nodes]
+        cut.add("dom")
+    for node in nodes:
+        if limits.element_tag_chars and len(node.tag) > limits.element_tag_chars:
+            node.tag = cap_text(node.tag, limits.element_tag_chars)
+        for name in ("x", "y", "w", "h", "visibility"):
+            if not math.isfinite(getattr(node, name)):
+                setattr(node, name, 0.0)
+    return nodes
+
+
 def cap_value(value: Any, limits: PageLimits, depth: int = 0) -> tuple[Any, bool]:
     """A JSON-like value from a page (a probe's result) with every string capped to ``text_chars``, every
     list/object to ``probe_items`` entries and nesting to 8 levels; returns (value, whether anything was cut)."""
@@ -135,8 +152,8 @@ def cap_value(value: Any, limits: PageLimits, depth: int = 0) -> tuple[Any, bool
 
 def bound_observation(obs: Any, limits: PageLimits = DEFAULT_LIMITS) -> list[str]:
     """Cap and mask an observation's page texts in place; returns the names of the fields that were cut
-    (``url``, ``title``, ``elements``, ``element_text``, ``note``, ``probe``, ``events``, ``axtree``), empty when
-    nothing was.
+    (``url``, ``title``, ``elements``, ``element_text``, ``note``, ``probe``, ``events``, ``axtree``, ``dom``), empty
+    when nothing was.
 
     Works on any object with ``url``, ``title``, ``note``, ``elements``, ``probe`` and ``events`` attributes
     (the protocol's Observation; ``events`` hold ``url`` and ``detail``, masked and capped like the URL and
@@ -178,6 +195,11 @@ def bound_observation(obs: Any, limits: PageLimits = DEFAULT_LIMITS) -> list[str
         obs.axtree = _cap_tree(tree, limits, cut)
         if getattr(obs, "axtree_cut", False):
             cut.add("axtree")
+    dom = getattr(obs, "dom", None)
+    if dom is not None:
+        obs.dom = _cap_dom(dom, limits, cut)
+        if getattr(obs, "dom_cut", False):
+            cut.add("dom")
     events = getattr(obs, "events", None)
     if events:
         if limits.events and len(events) > limits.events:

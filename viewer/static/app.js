@@ -326,10 +326,25 @@ function stepView(s, i, viewport) {
     ["reply", s.reply && s.reply !== s.action_text ? el("pre", { text: s.reply }) : null],
     ["accessibility tree", s.axtree ? el("details", { class: "axtree" },
       el("summary", { text: s.axtree.split("\n").length + " lines" }), el("pre", { text: s.axtree })) : null],
+    ["DOM snapshot", s.dom ? domTable(s.dom) : null],
   ]);
   return el("section", { class: "step", id: "step-" + i, "data-step": i },
     el("h3", { text: "step " + i + ": " + (s.action_text || a.name || "") }),
     el("div", { class: "body" }, shot(s, s, viewport), info));
+}
+
+/* A step's DOM snapshot (rows of id, parent, tag, x, y, w, h, visibility, clickable), folded: a count, then a
+ * table of the elements with their boxes. */
+function domTable(rows) {
+  const visible = rows.filter((r) => r[7] >= 0.5).length, clickable = rows.filter((r) => r[8]).length;
+  const table = el("table", { class: "dom" },
+    el("tr", {}, ...["id", "tag", "x", "y", "w", "h", "visible", "clickable"].map((h) => el("th", { text: h }))));
+  for (const r of rows) {
+    table.append(el("tr", {}, ...[r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8] ? "yes" : ""].map(
+      (v) => el("td", { text: String(v) }))));
+  }
+  return el("details", { class: "dom" }, el("summary", {
+    text: rows.length + " elements (" + visible + " visible, " + clickable + " clickable)" }), table);
 }
 
 /* The screenshot with the action drawn over it. The SVG's viewBox is the screenshot's pixel size; actions
