@@ -1,12 +1,12 @@
-"""What an accessibility tree costs per observation, against a screenshot alone, in the same run.
+"""What an accessibility tree and a DOM snapshot cost per observation, against a screenshot alone, in the same run.
 
 Through the engine's own parts: a browser pool of one worker process (Chromium as the workers run it), sessions
 each holding a bundled page (the light shop home page, the heavy page), observing it again and again (``Observe``:
-what is in flight waited for, the capture, and with ``axtree`` the tree read beside it), and on the engine's side
-the tree's text as the prompt gets it (``tree_text``). Per observation, over a steady window: Chromium's CPU (its
-processes, from /proc), the engine's CPU (this process, the worker's Python and its Playwright driver), the
-latency, and the tree's size (nodes, characters of its text). Rounds alternate the order of the two modes; medians
-over rounds.
+what is in flight waited for, the capture, and with ``axtree`` the tree read beside it, with ``dom`` the snapshot),
+and on the engine's side the tree's text as the prompt gets it (``tree_text``, marked from the snapshot). Per
+observation, over a steady window: Chromium's CPU (its processes, from /proc), the engine's CPU (this process, the
+worker's Python and its Playwright driver), the latency, and the sizes (tree nodes, characters of its text, snapshot
+elements). Rounds alternate the order of the modes; medians over rounds.
 
     python -m bench.observe_cost [--rounds 3] [--seconds 6] [--sessions 4] [--json PATH]
 """
@@ -29,7 +29,7 @@ from engine.agent.tree_text import tree_text
 from engine.sites.server import SiteServer
 
 PAGES = {"light": "/shop/", "heavy": "/heavy/shop.html"}
-MODES = ("screenshot", "screenshot+axtree")
+MODES = ("screenshot", "screenshot+dom", "screenshot+axtree", "screenshot+axtree+dom")
 
 
 def engine_cpu_s() -> float:
@@ -46,24 +46,27 @@ def engine_cpu_s() -> float:
     return total
 
 
-async def observe_loop(session: BrowserSession, tree: bool, stop: asyncio.Event, out: dict[str, list[float]]
+async def observe_loop(session: BrowserSession, mode: str, stop: asyncio.Event, out: dict[str, list[float]]
                        ) -> None:
+    tree, dom = "axtree" in mode, "dom" in mode
     while not stop.is_set():
         t0 = time.perf_counter()
-        obs, frame = await session.observe(axtree=tree)
+        obs, frame = await session.observe(axtree=tree, dom=dom)
         frame.release()
         if tree:
-            text = tree_text(obs.axtree or [], obs.axtree_cut)  # what the engine builds for the prompt
+            text = tree_text(obs.axtree or [], obs.axtree_cut, obs.dom)  # what the engine builds for the prompt
             out["nodes"].append(len(obs.axtree or []))
             out["chars"].append(len(text))
+        if dom:
+            out["elements"].append(len(obs.dom or []))
         out["latency_ms"].append((time.perf_counter() - t0) * 1000)
 
 
-async def window(sessions: list[BrowserSession], tree: bool, seconds: float, warmup: float) -> dict[str, float]:
+async def window(sessions: list[BrowserSession], mode: str, seconds: float, warmup: float) -> dict[str, float]:
     """Observations of every session for ``seconds`` after ``warmup``: CPU and latency per observation."""
     stop = asyncio.Event()
-    samples: dict[str, list[float]] = {"latency_ms": [], "nodes": [], "chars": []}
-    loops = [asyncio.create_task(observe_loop(s, tree, stop, samples)) for s in sessions]
+    samples: dict[str, list[float]] = {"latency_ms": [], "nodes": [], "chars": [], "elements": []}
+    loops = [asyncio.create_task(observe_loop(s, mode, stop, samples)) for s in sessions]
     await asyncio.sleep(warmup)
     chromium = ChromiumCpu()
     c0, e0, n0 = sum(chromium.read().values()), engine_cpu_s(), len(samples["latency_ms"])
@@ -75,9 +78,9 @@ async def window(sessions: list[BrowserSession], tree: bool, seconds: float, war
     out = {"observations": n, "chromium_ms": (c1 - c0) * 1000 / n, "engine_ms": (e1 - e0) * 1000 / n,
            "latency_ms": statistics.median(samples["latency_ms"][n0:n1] or [0.0]),
            "per_s": n / seconds}
-    if tree:
-        out["nodes"] = statistics.median(samples["nodes"] or [0])
-        out["chars"] = statistics.median(samples["chars"] or [0])
+    for size in ("nodes", "chars", "elements"):
+        if samples[size]:
+            out[size] = statistics.median(samples[size])
     return out
 
 
@@ -96,7 +99,7 @@ async def measure(base: str, rounds: int, seconds: float, warmup: float, n_sessi
             for r in range(rounds):
                 order = MODES if r % 2 == 0 else MODES[::-1]
                 for mode in order:
-                    runs[page][mode].append(await window(sessions, mode != "screenshot", seconds, warmup))
+                    runs[page][mode].append(await window(sessions, mode, seconds, warmup))
             for session in sessions:
                 await session.close()
     finally:
@@ -107,10 +110,15 @@ async def measure(base: str, rounds: int, seconds: float, warmup: float, n_sessi
         for mode, windows in per.items():
             keys = windows[0].keys()
             summary[page][mode] = {k: spread([w[k] for w in windows]) for k in keys}
-        plain, tree = summary[page]["screenshot"], summary[page]["screenshot+axtree"]
-        summary[page]["tree_adds"] = {k: round(tree[k]["median"] - plain[k]["median"], 2)
-                                      for k in ("chromium_ms", "engine_ms", "latency_ms")}
+        plain, dom, tree, both = (summary[page][m] for m in MODES)
+        summary[page]["tree_adds"] = _adds(plain, tree)
+        summary[page]["dom_adds"] = _adds(plain, dom)
+        summary[page]["dom_adds_to_tree"] = _adds(tree, both)  # the snapshot read beside the tree
     return {"summary": summary, "runs": runs}
+
+
+def _adds(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    return {k: round(after[k]["median"] - before[k]["median"], 2) for k in ("chromium_ms", "engine_ms", "latency_ms")}
 
 
 def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,8 +131,11 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         tree = s["screenshot+axtree"]
         out.append(row(f"{page}: tree nodes", tree["nodes"]["median"], "nodes"))
         out.append(row(f"{page}: tree text", tree["chars"]["median"], "characters"))
+        out.append(row(f"{page}: snapshot elements", s["screenshot+axtree+dom"]["elements"]["median"], "elements"))
         for k, v in s["tree_adds"].items():
             out.append(row(f"{page}: the tree adds ({k.removesuffix('_ms')})", v, "ms"))
+        for k, v in s["dom_adds"].items():
+            out.append(row(f"{page}: the snapshot adds ({k.removesuffix('_ms')})", v, "ms"))
     return out
 
 
@@ -141,17 +152,20 @@ def main(argv: list[str] | None = None) -> None:
     for page, s in result["summary"].items():
         for mode in MODES:
             m = s[mode]
-            print(f"{page:6s} {mode:18s} chromium {m['chromium_ms']['median']:7.1f} ms  engine "
+            print(f"{page:6s} {mode:22s} chromium {m['chromium_ms']['median']:7.1f} ms  engine "
                   f"{m['engine_ms']['median']:6.1f} ms  latency {m['latency_ms']['median']:7.1f} ms  "
                   f"{m['per_s']['median']:6.1f}/s")
         print(f"{page:6s} tree adds {s['tree_adds']}  ({s['screenshot+axtree']['nodes']['median']:.0f} nodes, "
               f"{s['screenshot+axtree']['chars']['median']:.0f} characters)")
+        print(f"{page:6s} snapshot adds {s['dom_adds']}, to the tree {s['dom_adds_to_tree']}  "
+              f"({s['screenshot+axtree+dom']['elements']['median']:.0f} elements)")
     if args.json:
         write_result(args.json, "observe_cost", {"rounds": args.rounds, "seconds": args.seconds,
                                                  "warmup": args.warmup, "sessions": args.sessions, "pages": PAGES},
                      rows(result), [], [
                          "One worker; each session observes its page in a loop (settled, captured, and with the "
-                         "tree read beside the capture); rounds alternate the modes' order; medians over rounds.",
+                         "DOM snapshot, the tree, or both, read beside the capture); rounds alternate the "
+                         "modes' order; medians over rounds.",
                          "Engine CPU: the engine process and the worker's Python (the tree's decoding, its text); "
                          "Chromium CPU: its processes, from /proc."],
                      summary_by_page=result["summary"], runs=result["runs"])

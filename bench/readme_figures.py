@@ -656,18 +656,20 @@ def chromium_cpu(store: Store) -> list[str]:
 
 
 def observe_cost(store: Store) -> list[str]:
-    """What the accessibility tree adds per observation (``bench.observe_cost``)."""
+    """What the accessibility tree and the DOM snapshot add per observation (``bench.observe_cost``)."""
     d = need(store, "observe_cost")
-    lines = ["Per observation, with and without the tree, same run "
+    lines = ["Per observation, with and without the tree and the DOM snapshot, same run "
              "([docs/benchmarks/observe_cost.json](docs/benchmarks/observe_cost.json), `python -m bench.observe_cost`; "
              f"{d['config']['sessions']} sessions on one worker, medians of {d['config']['rounds']} rounds):", "",
-             "| page | observes | Chromium CPU (ms) | engine CPU (ms) | latency (ms) | observations/s | tree |",
+             "| page | observes | Chromium CPU (ms) | engine CPU (ms) | latency (ms) | observations/s | size |",
              "|---|---|---|---|---|---|---|"]
     for page, s in d["summary_by_page"].items():
-        for mode in ("screenshot", "screenshot+axtree"):
+        for mode in ("screenshot", "screenshot+dom", "screenshot+axtree", "screenshot+axtree+dom"):
             m = s[mode]
-            tree = (f"{num_text(m['nodes']['median'])} nodes, {num_text(m['chars']['median'])} characters"
-                    if "nodes" in m else "")
+            sizes = [f"{num_text(m['nodes']['median'])} nodes, {num_text(m['chars']['median'])} characters"
+                     ] if "nodes" in m else []
+            sizes += [f"{num_text(m['elements']['median'])} elements"] if "elements" in m else []
+            tree = ", ".join(sizes)
             lines.append(f"| {page} ({d['config']['pages'][page]}) | {mode} | {num_text(m['chromium_ms']['median'])} | "
                          f"{num_text(m['engine_ms']['median'])} | {num_text(m['latency_ms']['median'])} | "
                          f"{num_text(m['per_s']['median'])} | {tree} |")
