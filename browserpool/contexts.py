@@ -20,6 +20,8 @@ from browserpool.page import EpisodePage
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
 from browserpool.proxy import ContextProxy
 from browserpool.request_rules import RequestRules
+from browserpool.stderr_log import log_line
+from browserpool.traffic import EpisodeTraffic
 from browserpool.upstream import ProxyPool
 
 
@@ -46,6 +48,7 @@ class Episode:
     som_cap: int = 0  # the most elements a Set-of-Marks pass lists (and so draws): the open's cap within the worker's
     axtree: bool = False  # every observation carries the accessibility tree
     dom: bool = False  # every observation carries the DOM snapshot
+    traffic: EpisodeTraffic | None = None  # its tab's traffic recorded or replayed (browserpool/traffic.py)
     probe_js: str | None = None  # evaluated after every observation's settle; its value is Observation.probe
     last_shot: bytes | None = None  # the previous raw screenshot, for Observation.change
 
@@ -141,6 +144,8 @@ class ContextPool:
             await self._drop_context(ep.slot)
             return
         ep.busy.release()  # the episode is out of self.episodes: nothing else can take its lock now
+        if ep.traffic is not None:
+            await _end_traffic(ep.traffic, episode_id)
         if await self._context_over_memory(ep):  # a heavy renderer is not reused
             await self._drop_context(ep.slot)
             return
@@ -182,3 +187,14 @@ class ContextPool:
         with contextlib.suppress(TimeoutError, PlaywrightError):
             async with asyncio.timeout(10):
                 await slot.context.close()
+
+
+async def _end_traffic(traffic: EpisodeTraffic, episode_id: str) -> None:
+    """The episode's interception stopped (before its tab is reset) and, for a recording, its archive written; an
+    archive that cannot be written is logged (the engine sees no file)."""
+    await traffic.detach()
+    if traffic.spec.mode == "record":
+        try:
+            await traffic.save()
+        except OSError as exc:
+            log_line(f"episode {episode_id}: its traffic archive {traffic.spec.path} was not written: {exc}")

@@ -57,7 +57,7 @@ class Observer:
                                  timings_ms=timings, point=point, note=note, probe=probe,
                                  events=ep.slot.events.take(), status=page.status, load_error=page.load_error,
                                  retry_after=retry_after, axtree=nodes, axtree_cut=tree_cut, dom=elems,
-                                 dom_cut=dom_cut)
+                                 dom_cut=dom_cut, traffic=ep.traffic.counts.take() if ep.traffic else None)
         try:
             image, raw, elements, cut, note = await self._capture(ep, fmt, som, wants_tree, timings, note)
         except BaseException:
@@ -80,7 +80,8 @@ class Observer:
                              frame_bytes=None if ref else image, timings_ms=timings, point=point, note=note,
                              elements=elements, probe=probe, change=change, events=ep.slot.events.take(),
                              status=page.status, load_error=page.load_error, retry_after=retry_after,
-                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut, dom=elems, dom_cut=dom_cut)
+                             elements_cut=cut, axtree=nodes, axtree_cut=tree_cut, dom=elems, dom_cut=dom_cut,
+                             traffic=ep.traffic.counts.take() if ep.traffic else None)
 
     async def _capture(self, ep: Episode, fmt: str, som: bool, tree_ids: bool, timings: dict[str, float],
                        note: str | None) -> tuple[bytes, bytes, list[list[Any]] | None, str | None, str | None]:

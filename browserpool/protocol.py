@@ -26,7 +26,8 @@ import msgspec
 # 5: a Request carries one typed operation (Open, Act, Observe, Locate, Evaluate, Close) instead of op + args.
 # 6: accessibility trees (Open.axtree, Observe.axtree, Observation.axtree and axtree_cut, BrowserAction.node).
 # 7: DOM snapshots (Open.dom, Observe.dom, Observation.dom and dom_cut).
-PROTOCOL_VERSION = 7
+# 8: recorded and replayed traffic (Open.traffic, Observation.traffic).
+PROTOCOL_VERSION = 8
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
@@ -147,6 +148,35 @@ class DOMNode(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     clickable: bool = False
 
 
+TrafficMode = Literal["record", "replay"]
+MissPolicy = Literal["404", "live"]  # what a replayed request the archive lacks gets
+
+
+class TrafficSpec(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """An episode whose tab's traffic is recorded into, or replayed from, an archive (``browserpool/traffic.py``).
+
+    ``path``: the archive's file (written when the episode closes; read when it opens); ``miss``: a replayed request
+    the archive lacks gets a 404 or goes to the live site; ``seed``: the pages' random numbers (recording; a replay
+    takes the archive's); ``snapshot``: a recording also writes what the start page loaded to this file once the
+    episode has opened (a group's members replay it)."""
+
+    mode: TrafficMode
+    path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    miss: MissPolicy = "404"
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)] = 0
+    snapshot: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+
+
+class TrafficStats(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """What an episode's recorded or replayed traffic did since its previous observation: responses recorded,
+    requests answered from the archive, requests it lacked (misses) and the first of their URLs."""
+
+    recorded: Count = 0
+    served: Count = 0
+    misses: Count = 0
+    miss_urls: list[str] = msgspec.field(default_factory=list)
+
+
 class SettleState(StrEnum):
     """How the page stood when an observation was taken (``Observation.settle``)."""
 
@@ -205,6 +235,8 @@ class Observation(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     # whether they were cut at the worker's cap (WorkerConfig.dom_max_nodes).
     dom: list[DOMNode] | None = None
     dom_cut: bool = False
+    # Episodes opened with traffic: what their recording or replay did since the previous observation.
+    traffic: TrafficStats | None = None
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -326,6 +358,7 @@ class Open(Operation, tag=Op.OPEN.value):
     som_elements: Count = 0  # the most elements it lists and draws (0: the worker's own cap)
     axtree: bool = False  # every observation carries the page's accessibility tree
     dom: bool = False  # every observation carries the page's DOM snapshot
+    traffic: TrafficSpec | None = None  # record or replay the episode's traffic
     setup_js: str | None = None  # run once after the first load
     probe_js: str | None = None  # evaluated after every observation's settle
     shot: bool = True  # False: no screenshot

@@ -53,7 +53,7 @@ class BrowserSession:
 
     async def open(self, url: str, som: bool = False, setup_js: str | None = None,
                    probe_js: str | None = None, shot: bool = True, som_elements: int = 0, axtree: bool = False,
-                   dom: bool = False) -> tuple[P.Observation, Frame]:
+                   dom: bool = False, traffic: P.TrafficSpec | None = None) -> tuple[P.Observation, Frame]:
         """Open a page for the episode at ``url``; returns the first observation.
 
         ``som``: Set-of-Marks mode for the whole episode: every observation lists the visible interactive
@@ -68,11 +68,12 @@ class BrowserSession:
         threw), e.g. a page's own reward and done flag. ``shot`` False: no screenshot (the frame is empty).
         ``axtree``: every observation carries the page's accessibility tree (``Observation.axtree``), whose ids
         actions accept (``BrowserAction.node``); ``dom``: every observation carries the page's elements with their
-        boxes and visibility (``Observation.dom``, the same ids)."""
+        boxes and visibility (``Observation.dom``, the same ids). ``traffic``: record the episode's traffic into an
+        archive, or replay it from one (``browserpool/traffic.py``; ``Observation.traffic`` counts what it did)."""
         if type(som_elements) is not int or som_elements < 0:
             raise BrowserOpError(P.ERR_REFUSED, f"som_elements must be a non-negative integer, not {som_elements!r}")
         operation = P.Open(url=url, som=som, som_elements=som_elements if som else 0, axtree=axtree, dom=dom,
-                           setup_js=setup_js, probe_js=probe_js, shot=shot)
+                           traffic=traffic, setup_js=setup_js, probe_js=probe_js, shot=shot)
         async with self.handle.opens:
             body = await self.pool.request(self.handle, self.episode_id, operation)
         return self._observation(body)

@@ -14,6 +14,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from typing import Any
 
 import msgspec
@@ -41,6 +42,7 @@ from browserpool.renderer_watch import RendererWatch
 from browserpool.request_rules import RequestRules
 from browserpool.shm import SlotRing
 from browserpool.stderr_log import log_line
+from browserpool.traffic import EpisodeTraffic, TrafficError
 from browserpool.upstream import ProxyPool
 from browserpool.worker_exit import EXIT_ENGINE_GONE, Leaving, serve
 
@@ -298,6 +300,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
 
     async def _open(self, episode_id: str, operation: P.Open) -> P.Observation:
         url, som, som_elements = operation.url, operation.som, operation.som_elements
+        traffic = await _start_traffic(operation.traffic)  # a replay's archive read before a context is taken
         await self._browser_ready.wait()  # a browser recycle in progress: open on the new browser
         if episode_id in self.episodes:
             await self._close(episode_id)
@@ -314,10 +317,12 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         # The engine lists at most som_elements: boxes past those would show ids the model cannot use.
         cap = self.cfg.som_max_elements
         ep = Episode(slot, som=som, som_cap=min(cap, som_elements) if som_elements else cap,
-                     axtree=operation.axtree, dom=operation.dom, probe_js=operation.probe_js)
+                     axtree=operation.axtree, dom=operation.dom, probe_js=operation.probe_js, traffic=traffic)
         self.episodes[episode_id] = ep
         ep.page.check_url(url)
         async with ep.busy:
+            if traffic is not None:  # before the start page's first request
+                await traffic.attach(ep.page.cdp)
             retries = 0
             while True:
                 settle, timings, point = await ep.page.perform(P.BrowserAction("navigate", url=url),
@@ -341,7 +346,10 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
                 # The first screenshot must show the page as the setup left it (e.g. a generated task).
                 settle, setup_timings = await ep.page.run_setup(operation.setup_js)
                 timings.update(setup_timings)
-            return await self._observe(ep, settle, timings, point, shot=operation.shot, retry_after=retry_after)
+            obs = await self._observe(ep, settle, timings, point, shot=operation.shot, retry_after=retry_after)
+            if traffic is not None and traffic.spec.snapshot:  # what the start page loaded, for a group to replay
+                await traffic.save(traffic.spec.snapshot)
+            return obs
 
     async def _new_tab(self, slot: ContextSlot) -> None:
         """Open the context's episode tab (the worker's own page: not taken for a popup)."""
@@ -358,6 +366,8 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         url = ep.page.url
         ep.slot.events.add("closed", url, "the page closed its tab: reopened at its URL")
         await self._new_tab(ep.slot)
+        if ep.traffic is not None:
+            await ep.traffic.attach(ep.page.cdp)
         if url.lower().startswith(("http://", "https://")):
             # Within an action's own cap, not an open's: this is part of the request under way.
             await ep.page.perform(P.BrowserAction("navigate", url=url))
@@ -393,6 +403,18 @@ def client_keys(cfg: WorkerConfig) -> ClientKeys | None:
 # Net errors that another try cannot fix: a certificate, a download, a load the page itself aborted.
 _FINAL_LOAD_ERRORS = ("net::ERR_CERT", "net::ERR_SSL", "net::ERR_ABORTED", "net::ERR_BLOCKED",
                       "net::ERR_INVALID_URL", "net::ERR_UNSAFE")
+
+
+
+async def _start_traffic(spec: P.TrafficSpec | None) -> EpisodeTraffic | None:
+    """The episode's recording or replay (``browserpool/traffic.py``); a replay whose archive cannot be read is
+    refused."""
+    if spec is None:
+        return None
+    try:
+        return await asyncio.to_thread(EpisodeTraffic.start, spec, int(time.time() * 1000))
+    except TrafficError as exc:
+        raise ActionRefused(str(exc)) from None
 
 
 def _worth_retrying(page: EpisodePage) -> bool:

@@ -13,7 +13,8 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
   pulls scripts from ``ads.test`` and pixels from ``tracker.test``, ``/redirect`` a 302 chain through
   ``tracker.test`` back to ``/landed``, ``/slow-scripts`` a page whose third-party script never finishes, and
   ``/new-tab?to=URL``, ``/popup?to=URL``, ``/popup-onload?to=URL`` pages whose top half is a ``target=_blank``
-  link, a button that opens a new window, and nothing (the page opens a window as it loads) respectively.
+  link, a button that opens a new window, and nothing (the page opens a window as it loads) respectively;
+  ``/changing`` (and ``/changing-next``, ``/changing-unseen``) a page that differs on every load.
 
 The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
 ``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
@@ -179,6 +180,8 @@ class OpenWeb(_ThreadServer):
                                 content_type="text/html")
         if host in ("ads.test", "tracker.test"):
             return web.Response(text="/* an ad */", content_type="application/javascript")
+        if request.path.startswith("/changing"):
+            return _changing(request.path, self.hits[host])
         if request.path == "/download":
             return web.Response(body=b"%PDF-1.4 not really", content_type="application/octet-stream",
                                 headers={"Content-Disposition": 'attachment; filename="report.pdf"'})
@@ -203,6 +206,29 @@ _OPENERS = {  # path -> the page's body, given the target URL as a JavaScript st
                          "Open</button>",
     "/popup-onload": lambda to: f"<h1>Opener</h1><script>{_DETACHED_OPEN.format(to=to)}</script>",
 }
+
+
+def _changing(path: str, hits: int) -> web.Response:
+    """A page that differs on every load: the server's count and time, the page's clock and a random ad, a number
+    it fetches and an image drawn anew each time (replayed traffic must make them hold still)."""
+    if path == "/changing.json":
+        return web.json_response({"n": hits, "t": time.time()})
+    if path == "/changing.svg":
+        hue = int(time.time() * 1000) % 360
+        return web.Response(text=f'<svg xmlns="http://www.w3.org/2000/svg" width="120" height="60">'
+                                 f'<rect width="120" height="60" fill="hsl({hue},80%,50%)"/></svg>',
+                            content_type="image/svg+xml")
+    script = ("document.getElementById('clock').textContent = new Date().toISOString() + ' ' + Date.now();"
+              "const colors = ['red', 'green', 'blue', 'orange', 'purple'];"
+              "document.getElementById('ad').style.background = colors[Math.floor(Math.random() * colors.length)];"
+              "fetch('/changing.json').then(r => r.json()).then(d => {"
+              "document.getElementById('fetched').textContent = 'fetched ' + d.n + ' at ' + d.t; });")
+    body = (f"<!doctype html><title>changing</title><h1>Load {hits}</h1><p>Server time {time.time()}</p>"
+            "<p id='clock'></p><div id='ad' style='width:300px;height:80px'></div><p id='fetched'></p>"
+            "<img src='/changing.svg' width='120' height='60'>"
+            "<p><a id='next' href='/changing-next'>next</a> <a id='unseen' href='/changing-unseen'>unseen</a></p>"
+            f"<script>{script}</script>")
+    return web.Response(text=body, content_type="text/html", headers={"Cache-Control": "no-store"})
 
 
 def _html(status: int, title: str, text: str, headers: dict[str, str] | None = None) -> web.Response:

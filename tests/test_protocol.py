@@ -197,13 +197,16 @@ def test_observation_wire_layout() -> None:
     assert _wire(OBS_INLINE)[7] == OBS_INLINE.frame_bytes
     assert w[11] is None  # elements: None outside Set-of-Marks mode
     assert _wire(OBS_SOM)[11] == OBS_SOM.elements
-    assert _wire(OBS_SOM)[-5] == "count" and w[-5] is None  # elements_cut: why a Set-of-Marks pass stopped early
-    assert w[-4:-2] == [None, False]  # axtree (None: the episode does not observe it) and axtree_cut
-    assert w[-2:] == [None, False]  # dom and dom_cut, likewise
+    assert _wire(OBS_SOM)[-6] == "count" and w[-6] is None  # elements_cut: why a Set-of-Marks pass stopped early
+    assert w[-5:-3] == [None, False]  # axtree (None: the episode does not observe it) and axtree_cut
+    assert w[-3:-1] == [None, False]  # dom and dom_cut, likewise
+    assert w[-1] is None  # traffic: None when the episode's traffic is neither recorded nor replayed
     tree = msgspec.structs.replace(OBS_SHM, axtree=[P.AXNode(5, 1, "button", "Go", states=["focused"])],
-                                   dom=[P.DOMNode(5, 2, "button", 1.5, 2, 30, 20, 1.0, True)])
-    assert _wire(tree)[-4] == [[5, 1, "button", "Go", "", ["focused"]]]  # a node travels as an array
-    assert _wire(tree)[-2] == [[5, 2, "button", 1.5, 2.0, 30.0, 20.0, 1.0, True]]
+                                   dom=[P.DOMNode(5, 2, "button", 1.5, 2, 30, 20, 1.0, True)],
+                                   traffic=P.TrafficStats(served=3, misses=1, miss_urls=["http://x/"]))
+    assert _wire(tree)[-5] == [[5, 1, "button", "Go", "", ["focused"]]]  # a node travels as an array
+    assert _wire(tree)[-3] == [[5, 2, "button", 1.5, 2.0, 30.0, 20.0, 1.0, True]]
+    assert _wire(tree)[-1] == [0, 3, 1, ["http://x/"]]
     assert P.decode_observation(P.decode_from_worker(P.encode(P.Reply(1, True, _wire(tree)))).body) == tree
     assert w[12] is None  # probe: None when the episode has no probe expression
     assert _wire(OBS_PROBE)[12] == OBS_PROBE.probe
