@@ -165,6 +165,10 @@ class TrafficSpec(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     miss: MissPolicy = "404"
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)] = 0
     snapshot: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    # A replay's (recorded origin, origin now) of a site that moved (the engine's own sites get a new port per run):
+    # requests to the origin now are looked up under the recorded one, redirects to it sent to the one now.
+    rebase: tuple[Annotated[str, msgspec.Meta(max_length=512)], Annotated[str, msgspec.Meta(max_length=512)]] | None \
+        = None
 
 
 class TrafficStats(msgspec.Struct, array_like=True, forbid_unknown_fields=True):

@@ -311,6 +311,9 @@ class EpisodeTraffic:
         await cdp.send("Fetch.continueRequest", {"requestId": request_id})
 
     async def _replay(self, cdp: CDPSession, request_id: str, key: str, url: str) -> None:
+        rebase = self.spec.rebase
+        if rebase is not None:  # a site that moved since the recording: looked up where it was
+            key = key.replace(f" {rebase[1]}", f" {rebase[0]}", 1)
         found = self.archive.next_response(key)
         if found is None:
             self.counts.misses += 1
@@ -325,7 +328,10 @@ class EpisodeTraffic:
             return
         response, body = found
         self.counts.served += 1
+        headers = response.headers
+        if rebase is not None:  # a redirect to the site where it was goes to where it is
+            headers = [(n, v.replace(rebase[0], rebase[1], 1) if n.lower() == "location" else v) for n, v in headers]
         await cdp.send("Fetch.fulfillRequest", {
             "requestId": request_id, "responseCode": response.status,
-            "responseHeaders": [{"name": n, "value": v} for n, v in response.headers],
+            "responseHeaders": [{"name": n, "value": v} for n, v in headers],
             "body": base64.b64encode(body).decode()})

@@ -12,7 +12,7 @@ from collections.abc import Coroutine
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import click
 from rich.console import Console
@@ -20,6 +20,7 @@ from rich.console import Console
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import WorkerConfig
 from browserpool.consent import CONSENT_MODES
+from browserpool.protocol import MissPolicy
 from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
@@ -225,6 +226,18 @@ def main() -> None:
               help="The blocklist file (shared by several runs); default: blocklist.json in the run directory.")
 @click.option("--blocklist-hours", type=click.FloatRange(0, min_open=True), default=12.0, show_default=True,
               help="How long a domain that blocked the agent is skipped.")
+# --- traffic (docs/repeatable.md) ---
+@click.option("--record-traffic", is_flag=True, default=run_default("record_traffic"),
+              help="Keep every response each episode's pages received (HTTPS included) in RUN_DIR/traffic, one "
+                   "archive per episode, for --replay-traffic.")
+@click.option("--replay-traffic", type=click.Path(exists=True, file_okay=False), default=run_default("replay_traffic"),
+              help="Serve every episode's pages from this run directory's recorded traffic: same task, same bytes; "
+                   "the pages' clock and random numbers fixed.")
+@click.option("--traffic-miss", type=click.Choice(get_args(MissPolicy)), default=run_default("traffic_miss"),
+              show_default=True, help="What a replayed request the recording lacks gets: a 404, or the live site.")
+@click.option("--traffic-group", type=click.IntRange(0), default=run_default("traffic_group"), show_default=True,
+              help="GRPO groups of this many samples per task: each group's first member records, the others "
+                   "replay its start page (what they load beyond it comes live). 0: off.")
 @click.option("--proxy", "proxies", multiple=True, metavar="URL",
               help="An upstream proxy for the pages, http://[$USER_VAR:$PASS_VAR@]HOST:PORT (credentials named by "
                    "environment variables). Repeatable: each browser context sticks to one, a failing one rotates out.")
@@ -286,7 +299,8 @@ def run_cmd(**opts: Any) -> None:
             straggler_grace_s=o.straggler_grace, telemetry=o.telemetry,
             episode_timeout_s=o.episode_timeout, policy_step_timeout_s=o.policy_step_timeout,
             domain_limit=o.domain_limit, domain_rate=o.domain_rate, blocklist=o.blocklist_path,
-            blocklist_ttl_s=o.blocklist_hours * 3600)
+            blocklist_ttl_s=o.blocklist_hours * 3600, record_traffic=o.record_traffic,
+            replay_traffic=o.replay_traffic, traffic_miss=o.traffic_miss, traffic_group=o.traffic_group)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if o.reward == "judge" and not o.judge_base_url:

@@ -67,6 +67,8 @@ OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
         "policy_step_timeout": (RunConfig, "policy_step_timeout_s"),
         "domain_limit": (RunConfig, "domain_limit"), "domain_rate": (RunConfig, "domain_rate"),
         "blocklist_path": (RunConfig, "blocklist"),
+        "record_traffic": (RunConfig, "record_traffic"), "replay_traffic": (RunConfig, "replay_traffic"),
+        "traffic_miss": (RunConfig, "traffic_miss"), "traffic_group": (RunConfig, "traffic_group"),
         "context_memory_mib": (WorkerConfig, "context_memory_mib"),
         "page_memory_mib": (WorkerConfig, "page_memory_mib"),
         "browser_memory_mib": (WorkerConfig, "browser_memory_mib"), "user_agent": (WorkerConfig, "user_agent"),

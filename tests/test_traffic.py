@@ -9,6 +9,7 @@ Real Chromium on the tests' local open web (tests/openweb.py: named hosts over H
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ from browserpool.config import CHROMIUM_FLAGS
 from browserpool.pool import BrowserOpError, BrowserPool, PoolConfig
 from browserpool.protocol import BrowserAction, NetSettings, Observation, TrafficSpec
 from browserpool.traffic import Archive, TrafficError, request_key
+from engine.agent.actions import AgentAction
+from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
+from engine.clients.runner import run
+from engine.core.config import RunConfig
+from engine.store.run_dir import read_records
 from tests.conftest import started_pool
 from tests.openweb import OpenWeb
 
@@ -100,3 +106,83 @@ async def test_a_missing_or_broken_archive_is_a_clear_error(pool: BrowserPool, o
         Archive.from_bytes(__import__("zlib").compress(__import__("msgpack").packb({"version": 99})))
     # The pool still serves episodes.
     assert (await episode(pool, openweb.url("shop.test", "/changing"), None))[0][0].status == 200
+
+
+# --- runs ---------------------------------------------------------------------------------------------------------
+
+class ClickNextPolicy(Policy):
+    """Clicks the page's "next" link (at its place on /changing), then answers."""
+
+    name = "click-next"
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        if request.step == 0:
+            return PolicyReply(AgentAction("left_click", x=24, y=371), text="click next")
+        return PolicyReply(AgentAction("answer", text="done"), text="answer")
+
+
+def run_config(tmp_path: Path, openweb: OpenWeb, name: str, samples: int = 1, **kw: object) -> RunConfig:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"t{i}", "task_name": "Read the page.", "difficulty": 1,
+                                         "website": openweb.url(host, "/changing")}) + "\n"
+                             for i, host in enumerate(("shop.test", "news.test"))))
+    cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / name), workers=1, telemetry=None, reward="program",
+                    episodes=2 * samples, **kw)  # type: ignore[arg-type]
+    cfg.worker.net = NetSettings(allow_private_network=True, hosts=openweb.net_hosts)
+    return cfg
+
+
+def shots(run_dir: Path) -> dict[str, list[bytes]]:
+    """Each episode's screenshots, by episode id."""
+    return {r["episode_id"]: [(run_dir / s["screenshot"]).read_bytes() for s in r["steps"]]
+            for r in read_records(run_dir)}
+
+
+async def test_a_run_records_each_episode_and_a_replay_of_it_asks_nothing_of_the_sites(
+        tmp_path: Path, openweb: OpenWeb) -> None:
+    _, recorded = await run(run_config(tmp_path, openweb, "rec", record_traffic=True), ClickNextPolicy(), None)
+    records = read_records(recorded)
+    assert len(records) == 2 and all(r["traffic"]["mode"] == "record" for r in records)
+    assert all((recorded / r["traffic"]["archive"]).is_file() for r in records)
+    assert all(r["steps"][0]["traffic"]["recorded"] >= 3 for r in records)  # the next page's loads
+    hits = openweb.hits.copy()
+    replays = []
+    for i in range(2):
+        _, replayed = await run(run_config(tmp_path, openweb, f"rep{i}", replay_traffic=str(recorded)),
+                                ClickNextPolicy(), None)
+        replays.append(shots(replayed))
+        for r in read_records(replayed):
+            assert r["traffic"]["mode"] == "replay" and r["traffic"]["open"]["misses"] == 0
+            assert r["steps"][0]["traffic"]["misses"] == 0 and r["steps"][0]["traffic"]["served"] >= 3
+    assert openweb.hits == hits  # nothing was asked of the sites
+    assert replays[0] == replays[1] == shots(recorded)
+    # A task the recording did not run: an error record that says so.
+    cfg = run_config(tmp_path, openweb, "none", replay_traffic=str(tmp_path / "rep0"))
+    _, missing = await run(cfg, ClickNextPolicy(), None)
+    assert {r["error"]["kind"] for r in read_records(missing)} == {"traffic_missing"}
+
+
+async def test_a_grpo_groups_members_start_from_their_first_members_snapshot(tmp_path: Path, openweb: OpenWeb) -> None:
+    hits = openweb.hits.copy()
+    cfg = run_config(tmp_path, openweb, "group", samples=3, traffic_group=3, concurrency=6)
+    _, run_dir = await run(cfg, ClickNextPolicy(), None)
+    records = read_records(run_dir)
+    assert len(records) == 6
+    by_task: dict[str, list[dict]] = {}
+    for r in records:
+        by_task.setdefault(r["task"]["task_id"], []).append(r)
+    seen = shots(run_dir)
+    for members in by_task.values():
+        leaders = [r for r in members if r["traffic"]["mode"] == "record"]
+        assert len(leaders) == 1 and (run_dir / leaders[0]["traffic"]["group_start"]).is_file()
+        others = [r for r in members if r is not leaders[0]]
+        assert [r["traffic"]["mode"] for r in others] == ["replay", "replay"]
+        starts = {seen[r["episode_id"]][0] for r in members}
+        assert len(starts) == 1  # one start page for the whole group
+        # What the members' clicks load beyond the snapshot comes from the sites (traffic_group replays with live
+        # misses): they differ.
+        assert all(r["steps"][0]["traffic"]["misses"] >= 1 for r in others)
+    # The sites saw each group's start once (page, image, data), its leader's click (the next page and its image
+    # and data) and each other member's next page (its image and data are the snapshot's: the same URLs).
+    loads = sum(openweb.hits[h] - hits[h] for h in ("shop.test", "news.test"))
+    assert loads == 2 * 3 + 2 * 3 + 4 * 1

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from browserpool.config import WorkerConfig
+from browserpool.protocol import MissPolicy
 from browserpool.typed_config import check_choices
 from engine.episode.context import Mode, RewardMode, RolloutSettings
+from engine.episode.traffic_plan import TrafficSettings
 from engine.tasks.schema import BUNDLED_TASKS, StepCaps
 from engine.web.blocklist import DEFAULT_TTL_S
 from engine.web.bounds import PageLimits
@@ -80,6 +82,18 @@ class RunConfig:
     domain_rate: float = DEFAULT_DOMAIN_RATE
     blocklist: str | None = None
     blocklist_ttl_s: float = DEFAULT_TTL_S
+    # Page traffic (engine.episode.traffic_plan): record every episode's into RUN_DIR/traffic, replay a run's
+    # recording (a request it lacks: traffic_miss, a 404 or the live site), or, for GRPO groups of traffic_group
+    # samples, let each group's first member record what the others replay.
+    record_traffic: bool = False
+    replay_traffic: str | None = None
+    traffic_miss: MissPolicy = "404"
+    traffic_group: int = 0
+
+    def traffic_settings(self) -> TrafficSettings:
+        """The run's traffic choice, as the rollouts' plan takes it."""
+        return TrafficSettings(record=self.record_traffic, replay=self.replay_traffic, miss=self.traffic_miss,
+                               group=self.traffic_group)
 
     def run_step_caps(self) -> StepCaps | None:
         """``step_caps`` for both splits (None: each task's own)."""
@@ -106,6 +120,9 @@ class RunConfig:
         self.run_step_caps()  # validates them
         if self.straggler_fraction is not None and not 0 < self.straggler_fraction <= 1:
             raise ValueError("RunConfig.straggler_fraction must be in (0, 1]")
+        if self.traffic_group < 0 or (self.replay_traffic is not None and (self.record_traffic or self.traffic_group)):
+            raise ValueError("RunConfig: replay_traffic replays a recording: it goes with neither record_traffic nor "
+                             "traffic_group (>= 0)")
         if self.concurrency < 1 or self.workers < 1:
             raise ValueError("RunConfig.concurrency and RunConfig.workers must be at least 1")
         if self.telemetry == "off":

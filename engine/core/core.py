@@ -39,6 +39,7 @@ from engine.core.stragglers import StragglerCut, straggler_reason, watch
 from engine.episode.context import RolloutContext, RolloutSettings
 from engine.episode.rollout import Rollout
 from engine.episode.status import EpisodeStatus
+from engine.episode.traffic_plan import TrafficPlan
 from engine.rewards.judge import RubricJudge
 from engine.rewards.judge_queue import JudgeQueue
 from engine.sites.server import SiteServer
@@ -80,6 +81,7 @@ class EngineCore:
         self._own_pool, self._own_store = pool is None, store is None
         self.run_dir: Path | None = store.dir if store is not None else None
         self.judge_queue: JudgeQueue | None = None
+        self.traffic: TrafficPlan | None = None  # set by start() when the run records or replays traffic
         self.telemetry: TelemetryPublisher | None = None
         self._sites: SiteServer | None = None
         self.hooks = CoreHooks()
@@ -118,6 +120,9 @@ class EngineCore:
                 self.run_dir = Path(self.cfg.run_dir) if self.cfg.run_dir else new_run_dir(self.cfg.output_dir)
                 self.store = RunStore(self.run_dir)  # the directory's writer lock (RunDirBusy if taken)
             assert self.run_dir is not None
+            traffic = self.cfg.traffic_settings()
+            if traffic.active:
+                self.traffic = TrafficPlan(traffic, self.run_dir, self.base_url)
             self.guard.blocklist = Blocklist(self.cfg.blocklist or self.run_dir / "blocklist.json",
                                              self.cfg.blocklist_ttl_s,
                                              on_error=lambda problem: log.warning("blocklist: %s", problem))
@@ -237,7 +242,7 @@ class EngineCore:
                               settings=settings or self.cfg.rollout_settings(policy_version),
                               on_status=self.hooks.status, judge=self.judge_queue,
                               # no rate: no per-step URL checks
-                              pace=self.guard.pace if self.guard.pacer.rate else None)
+                              pace=self.guard.pace if self.guard.pacer.rate else None, traffic=self.traffic)
 
     def rollout(self, ctx: RolloutContext, task: Task, sample: int | None = None, *, announce: bool = True,
                 episode_id: str | None = None) -> Rollout:

@@ -16,6 +16,7 @@ from engine.tasks.schema import StepCaps
 from engine.web.bounds import DEFAULT_LIMITS, PageLimits
 
 if TYPE_CHECKING:
+    from engine.episode.traffic_plan import TrafficPlan
     from engine.rewards.judge_queue import JudgeQueue
 
 RewardMode = Literal["auto", "judge", "program"]
@@ -56,3 +57,5 @@ class RolloutContext:
     judge: JudgeQueue | None = None  # judges episodes off the rollout path
     # Waits until an action may go to the site of a URL (engine.web.domains.DomainPacer); returns the seconds waited.
     pace: Callable[[str], Awaitable[float]] | None = None
+    # Which episodes record their page traffic and which replay it (None: all live).
+    traffic: TrafficPlan | None = None

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from browserpool.protocol import Observation
+from browserpool.protocol import Observation, TrafficStats
 from engine.agent.policy_api import StepView
 from engine.store.records import FinalPage, PageEvent, StepRecord
+from engine.web.redact import mask_url
 
 
 class PageLoad(TypedDict, total=False):
@@ -22,6 +23,12 @@ class OpenEvents(TypedDict, total=False):
     """An :class:`~engine.store.records.EpisodeRecord`'s ``open_events``, when the start page did something."""
 
     open_events: list[PageEvent]
+
+
+class EpisodeTrafficEntry(TypedDict, total=False):
+    """An :class:`~engine.store.records.EpisodeRecord`'s ``traffic``, for an episode that records or replays it."""
+
+    traffic: dict[str, Any]
 
 
 def event_entries(obs: Observation) -> list[PageEvent] | None:
@@ -57,3 +64,14 @@ def record_result(step: StepRecord, obs: Observation, screenshot: str | None, cu
         step["result"]["truncated"] = cut
     if obs.probe is not None:
         step["probe"] = obs.probe
+    if obs.traffic is not None:
+        step["traffic"] = traffic_entry(obs.traffic)
+
+
+def traffic_entry(stats: TrafficStats) -> dict[str, Any]:
+    """What an observation's loads did to the episode's recorded or replayed traffic, as records keep it (URLs of
+    misses masked)."""
+    entry: dict[str, Any] = {"recorded": stats.recorded, "served": stats.served, "misses": stats.misses}
+    if stats.miss_urls:
+        entry["miss_urls"] = [mask_url(u) for u in stats.miss_urls]
+    return entry

@@ -18,12 +18,21 @@ from typing import Any
 import msgspec
 
 from browserpool.pool import BrowserOpError, BrowserSession, Frame, WorkerLost
-from browserpool.protocol import ERR_REFUSED, Observation
+from browserpool.protocol import ERR_REFUSED, Observation, TrafficSpec
 from engine.agent.policy_api import PolicyError, PolicyReply, PolicyRequest, StepView, training_fields, view_tree_text
 from engine.episode.context import RolloutContext
 from engine.episode.load_outcome import load_outcome
-from engine.episode.record_parts import OpenEvents, PageLoad, event_entries, final_page, record_result
+from engine.episode.record_parts import (
+    EpisodeTrafficEntry,
+    OpenEvents,
+    PageLoad,
+    event_entries,
+    final_page,
+    record_result,
+    traffic_entry,
+)
 from engine.episode.status import ALLOWED_MOVES, EpisodeStatus, Op, State
+from engine.episode.traffic_plan import RolloutTraffic
 from engine.rewards.programmatic import Reward, judge_rewards, page_reward, program_reward
 from engine.store.records import (
     BLOCKED_KINDS,
@@ -66,6 +75,7 @@ class Rollout:
         self.previous_errors: list[RecordError] = []
         self._deadline: float | None = None  # loop time at which the episode's wall-clock cap expires
         self._masked: tuple[Task, Task] | None = None  # (task, the task as the policy sees it: URL masked)
+        self.traffic: RolloutTraffic | None = None  # its traffic recorded or replayed (the run's TrafficPlan)
         self._reset()
 
     def _reset(self) -> None:
@@ -79,6 +89,7 @@ class Rollout:
         self.current_truncated: list[str] = []  # what the caps cut from the current observation
         self.page_url = ""  # the current page's real URL (records and prompts get it masked and capped)
         self.open_events: list[PageEvent] | None = None  # what the start page did as it loaded
+        self.open_traffic: dict[str, Any] | None = None  # what its loads did to the recorded or replayed traffic
         self.block_for_s: float | None = None  # a block page's Retry-After: how long its domain stays blocked
         self.system_prompt: str | None = None
         self.frames_taken = 0
@@ -160,6 +171,7 @@ class Rollout:
         self.attempts += 1
         self._set(State.WAITING)
         t = time.monotonic()
+        traffic = await self._traffic()  # a group member waits here for its group's start
         self.session = await self.ctx.pool.lease(self.episode_id)
         self.timings["wait_browser_ms"] = round((time.monotonic() - t) * 1000, 1)
         self._set(State.RUNNING, Op.NAVIGATE)
@@ -171,10 +183,19 @@ class Rollout:
         await self._before_action(self.task.website, self.timings)
         t = time.monotonic()
         # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
-        obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som,
-                                             som_elements=self.ctx.settings.page_limits.elements,
-                                             axtree=self.ctx.policy.axtree, dom=self.ctx.policy.dom, **page_args)
+        opened = False
+        try:
+            obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som,
+                                                 som_elements=self.ctx.settings.page_limits.elements,
+                                                 axtree=self.ctx.policy.axtree, dom=self.ctx.policy.dom,
+                                                 traffic=traffic, **page_args)
+            opened = True
+        finally:  # a group this rollout records for may now start (or, when the open failed, go live)
+            if self.ctx.traffic is not None and self.traffic is not None:
+                self.ctx.traffic.opened(self.traffic, opened)
         self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
+        if obs.traffic is not None:
+            self.open_traffic = traffic_entry(obs.traffic)
         self._set(State.RUNNING, Op.SCREENSHOT)
         self._take_observation(obs, frame, self._bound(obs))
         self.open_events = event_entries(obs)  # what the start page did as it loaded (refused loads, popups...)
@@ -193,6 +214,19 @@ class Rollout:
                 self.task = dataclasses.replace(self.task, task_name=utterance.strip())
                 self.status.task = self.task.task_name
             self.over = bool(obs.probe.get("done"))
+
+    async def _traffic(self) -> TrafficSpec | None:
+        """The episode's traffic spec (None: live), chosen once (a retry keeps it); a replay without an archive
+        for the task ends the episode (``traffic_missing``)."""
+        plan = self.ctx.traffic
+        if plan is None:
+            return None
+        if self.traffic is None:
+            try:
+                self.traffic = await plan.episode(self.task.task_id, self.sample, self.episode_id)
+            except FileNotFoundError as exc:
+                raise _EpisodeError(RecordErrorKind.TRAFFIC_MISSING, str(exc)) from None
+        return self.traffic.spec
 
     async def _step(self) -> None:
         assert self.session is not None and self.current is not None
@@ -482,6 +516,7 @@ class Rollout:
             "attempts": self.attempts,
             "previous_errors": self.previous_errors,
             **opened,
+            **self._traffic_record(),
             "steps": self.steps,
             "final": final_page(cur, self.current_frame_path, self.current_truncated),
             "started_at": self.started_at,
@@ -496,6 +531,15 @@ class Rollout:
         finally:
             if self.record is not None:  # even when cancelled while waiting: every episode that ends has its record
                 self._publish(record)
+
+    def _traffic_record(self) -> EpisodeTrafficEntry:
+        """The record's ``traffic``, for an episode that records or replays it."""
+        if self.traffic is None or not self.traffic.info:
+            return {}
+        entry: dict[str, Any] = dict(self.traffic.info)
+        if self.open_traffic is not None:
+            entry["open"] = self.open_traffic
+        return {"traffic": entry}
 
     def _publish(self, record: EpisodeRecord) -> None:
         """Append the record and count it; a store that failed leaves the episode with no record."""

@@ -91,6 +91,7 @@ class RecordErrorKind(StrEnum):
     BLOCKED = "blocked"  # status blocked: a block page
     BLOCKED_DOMAIN = "blocked_domain"  # status blocked: the site was on the blocklist, never loaded
     JUDGE_BLOCKED = "judge_blocked"  # status blocked: the judge's verdict
+    TRAFFIC_MISSING = "traffic_missing"  # a replay found no recorded traffic for the task
 
     @classmethod
     def of_browser(cls, kind: ErrorKind) -> "RecordErrorKind":
@@ -238,6 +239,9 @@ class StepRecord(TypedDict, total=False):
     # The DOM snapshot the step saw (episodes that observe it): one row per element, browserpool.protocol.DOMNode's
     # fields in order (id, parent, tag, x, y, w, h, visibility, clickable).
     dom: list[list[int | float | str | bool]]
+    # Episodes that record or replay their traffic: what the action's loads did (responses recorded, requests
+    # answered from the archive, requests it lacked and the first of their URLs).
+    traffic: dict[str, Any]
     truncated: list[str]  # what the caps cut from the page the step acted on
     parsed: dict[str, Any]  # the policy's parsed fields, coordinate frames, generation facts (prompt_sha256...)
     messages: list[dict[str, Any]]  # the chat the model was given, without the episode's system message
@@ -258,8 +262,9 @@ class StepRecord(TypedDict, total=False):
 class EpisodeRecord(TypedDict, total=False):
     """One episode: one line of ``episodes.jsonl`` (:meth:`engine.episode.rollout.Rollout._write`).
 
-    The engine writes every key but ``open_events`` (only when the start page did something) and the two the
-    reader merges in from ``judgements.jsonl`` (:func:`engine.store.run_dir.merge_judgement`)."""
+    The engine writes every key but ``open_events`` (only when the start page did something), ``traffic`` (only
+    for an episode that records or replays it) and the two the reader merges in from ``judgements.jsonl``
+    (:func:`engine.store.run_dir.merge_judgement`)."""
 
     format_version: int
     episode_id: str  # "<task_id>#<sample>"
@@ -276,6 +281,9 @@ class EpisodeRecord(TypedDict, total=False):
     attempts: int
     previous_errors: list[RecordError]  # attempts lost with their worker, retried
     open_events: list[PageEvent]  # optional: what the start page did as it loaded
+    # Optional: the episode's traffic (engine.episode.traffic_plan): its mode (record, replay, live), its archive
+    # (relative to the run directory when it is in it), and what the start page's loads did.
+    traffic: dict[str, Any]
     steps: list[StepRecord]
     final: FinalPage | None  # None when the episode never saw a page
     started_at: float  # wall clock (time.time())
