@@ -46,6 +46,12 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
                    "`webgym-engine view`.")
 @click.option("--output", "output_dir", default=serve_default("output_dir"), show_default=True,
               help="Where the run directory goes.")
+@click.option("--record-traffic", is_flag=True,
+              help="Keep every response each lease's pages received in RUN_DIR/traffic (lease N: lease-N_0.traffic).")
+@click.option("--replay-traffic", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Serve lease N's pages from lease N's recorded traffic in this run directory.")
+@click.option("--traffic-miss", type=click.Choice(["404", "live"]), default="404", show_default=True,
+              help="What a replayed request the recording lacks gets: a 404, or the live site.")
 @click.option("--sites", is_flag=True, help="Also serve the bundled sites (their URL is printed).")
 @click.option("--max-connections", type=click.IntRange(1), default=serve_default("max_connections"), show_default=True,
               help="Client connections open at once; one more gets a 503 and is closed.")
@@ -81,7 +87,8 @@ def serve(ctx: click.Context, **opts: Any) -> None:
             concurrency=opts["capacity"], workers=opts["workers"], output_dir=opts["output_dir"],
             telemetry=opts["telemetry"], secret_env=(key_env,), episode_timeout_s=None, listen=opts["listen"],
             spawn_workers=not opts["no_spawn"], server_key=opts["server_key"], allow_keys=opts["allow_keys"],
-            insecure=opts["insecure"],
+            insecure=opts["insecure"], record_traffic=opts["record_traffic"],
+            replay_traffic=opts["replay_traffic"], traffic_miss=opts["traffic_miss"],
             worker=WorkerConfig(endpoint="", chromium_path=opts["chromium"], jpeg_quality=opts["jpeg_quality"],
                                 settle_timeout_s=opts["settle_timeout"], net=net))
     except ValueError as exc:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from browserpool.pool import BrowserPool, BrowserSession, PoolError
+from browserpool.protocol import TrafficSpec
 from engine.core.core import EngineCore
 from engine.store.records import RecordError
 from server.recorder import LeaseRecorder
@@ -53,6 +54,7 @@ class Lease:
     som_elements: list[list[Any]] | None = None
     result: dict[str, Any] = field(default_factory=dict)  # where the last action left the page (its record's)
     opened: bool = False  # the worker has the lease's page (opened by its first command, not by /get)
+    traffic: TrafficSpec | None = None  # its pages' traffic recorded or replayed (serve --record/--replay-traffic)
 
     async def ready(self) -> None:
         """Open the lease's blank page on its worker if no command has yet (a lease costs nothing until used)."""
@@ -61,7 +63,7 @@ class Lease:
 
     async def open(self, url: str) -> None:
         """Open the lease's page at ``url``: its first command (``visit_page`` loads its URL as the open does)."""
-        obs, frame = await self.session.open(url, shot=False)
+        obs, frame = await self.session.open(url, shot=False, traffic=self.traffic)
         frame.release()
         self.opened = True
         self.url, self.title = obs.url, obs.title
@@ -110,6 +112,7 @@ class LeaseTable:
         # The original's shape, "<uuid4>:<port>": URL-safe, no "/" (clients put it in file names).
         instance_id = f"{uuid.uuid4()}:{number}"
         recorder = LeaseRecorder(self.core, f"lease-{number}", instance_id, self.record)
+        traffic = await self._traffic(recorder)
         self._opening += 1
         t0 = time.monotonic()
         try:
@@ -121,9 +124,23 @@ class LeaseTable:
         finally:
             self._opening -= 1
         recorder.leased(session.worker_id, round((time.monotonic() - t0) * 1000, 1))
-        lease = Lease(instance_id, session.worker_id, session, lifetime_mins * 60.0, recorder)
+        lease = Lease(instance_id, session.worker_id, session, lifetime_mins * 60.0, recorder, traffic=traffic)
         self.leases[instance_id] = lease
         return lease
+
+    async def _traffic(self, recorder: LeaseRecorder) -> TrafficSpec | None:
+        """The lease's traffic spec: lease N records into, or replays, the archive of the lease N of a recording
+        server (a client that takes its leases in the same order replays the same pages). LeaseError 503 when a
+        replay has no archive for it."""
+        plan = self.core.traffic
+        if plan is None:
+            return None
+        try:
+            traffic = await plan.episode(recorder.task_id, 0, recorder.episode_id)
+        except FileNotFoundError as exc:
+            recorder.end({"kind": "traffic_missing", "message": str(exc)})
+            raise LeaseError(503, f"Failed to create instance: {exc}") from None
+        return traffic.spec
 
     def find(self, instance_id: str, node: str) -> Lease:
         """The live lease ``instance_id`` on ``node``, its idle clock restarted; LeaseError with the answer for an

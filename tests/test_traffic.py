@@ -8,8 +8,8 @@ Real Chromium on the tests' local open web (tests/openweb.py: named hosts over H
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,11 @@ from engine.agent.actions import AgentAction
 from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.clients.runner import run
 from engine.core.config import RunConfig
+from engine.core.core import EngineCore
 from engine.store.run_dir import read_records
+from server.app import BrowserServer, ServerConfig
 from tests.conftest import started_pool
+from tests.omnibox_client import OmniboxClient
 from tests.openweb import OpenWeb
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -186,3 +189,33 @@ async def test_a_grpo_groups_members_start_from_their_first_members_snapshot(tmp
     # and data) and each other member's next page (its image and data are the snapshot's: the same URLs).
     loads = sum(openweb.hits[h] - hits[h] for h in ("shop.test", "news.test"))
     assert loads == 2 * 3 + 2 * 3 + 4 * 1
+
+
+async def served_pages(cfg: RunConfig, url: str) -> tuple[Path, list[str]]:
+    """Serve one engine core; lease 1 visits ``url`` and its next page, reading each page's text."""
+    async with EngineCore(cfg) as core:
+        server = BrowserServer(core, ServerConfig(port=0, capacity=2))
+        await server.start()
+        try:
+            async with OmniboxClient(server.url) as client:
+                lease = await client.get()
+                texts = []
+                for page in (url, url.replace("/changing", "/changing-next")):
+                    await client.execute(lease, "visit_page", {"url": page})
+                    texts.append((await client.execute(lease, "get_webpage_text", {"n_lines": 20}))["text"])
+                await client.reset(lease)
+        finally:
+            await server.close()
+        assert core.run_dir is not None
+        return core.run_dir, texts
+
+
+async def test_serve_records_a_leases_traffic_and_replays_it(tmp_path: Path, openweb: OpenWeb) -> None:
+    cfg = run_config(tmp_path, openweb, "serve-rec", record_traffic=True, episode_timeout_s=None)
+    url = openweb.url("shop.test", "/changing")
+    recorded, texts = await served_pages(cfg, url)
+    assert (recorded / "traffic" / "lease-1_0.traffic").is_file()
+    hits = openweb.hits.copy()
+    cfg = run_config(tmp_path, openweb, "serve-rep", replay_traffic=str(recorded), episode_timeout_s=None)
+    _, replayed = await served_pages(cfg, url)
+    assert replayed == texts and openweb.hits == hits  # the same pages, nothing asked of the site
