@@ -459,6 +459,30 @@ def request_rules(store: Store) -> list[str]:
             "([docs/benchmarks/request_rules.json](docs/benchmarks/request_rules.json))."]
 
 
+def traffic_replay(store: Store) -> list[str]:
+    """Live against recorded and replayed traffic (``bench.traffic_replay``)."""
+    d = need(store, "traffic_replay")
+    c = d["config"]
+    lines = ["The bundled tasks with the scripted policy, same run "
+             "([docs/benchmarks/traffic_replay.json](docs/benchmarks/traffic_replay.json), `python -m "
+             f"bench.traffic_replay`; {c['episodes']} episodes per run at {c['concurrency']} concurrent on "
+             f"{c['workers']} workers; one recording, then {c['repeats']} live and {c['repeats']} replayed runs "
+             "alternating; medians):", "",
+             "| traffic | steps/s | CPU per step, whole process tree (ms) |", "|---|---|---|"]
+    for mode, s in d["summary_by_mode"].items():
+        lines.append(f"| {mode} | {num_text(s['steps_per_s']['median'])} | "
+                     f"{num_text(s['cpu_ms_per_step']['median'])} |")
+    rec = d["record"]
+    misses = sum(r["misses"] for r in d["runs"] if r["mode"] == "replay")
+    lines += ["", f"Replayed / live: {num_text(d['replay_over_live_steps_per_s'])}x the steps/s, "
+              f"{num_text(d['replay_over_live_cpu'])}x the CPU per step; recording costs "
+              f"{num_text(d['record_over_live_cpu'])}x the CPU per step of a live run. An archive holds "
+              f"{num_text(rec['archive_kib_median'])} KiB per episode (median; at most "
+              f"{num_text(rec['archive_kib_max'])} KiB); the replays met {misses} requests the recording lacked. The "
+              "bundled sites are local: against live sites a replay also saves the network's time."]
+    return lines
+
+
 def _measured_elsewhere(d: dict[str, Any]) -> str:
     """Where the original server's figures in a ``bench.omnibox`` result come from."""
     original = d.get("original")
@@ -689,6 +713,7 @@ BLOCKS: dict[str, Callable[[Store], list[str]]] = {
     "rl-loop": rl_loop,
     "grpo-demo": grpo_demo,
     "request-rules": request_rules,
+    "traffic-replay": traffic_replay,
     "omnibox": omnibox,
     "test-time": test_time,
 }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import os
 import zlib
@@ -289,7 +290,10 @@ class EpisodeTraffic:
             else:
                 await self._replay(cdp, request_id, key, str(request.get("url", "")))
         except PlaywrightError as exc:
-            # The request went away meanwhile (its frame navigated, the tab closed): nothing to answer.
+            # The request went away meanwhile (its frame navigated, the tab closed), or the browser refused the
+            # answer (an archive's status or header it does not take): failed, so that no load waits for ever.
+            with contextlib.suppress(PlaywrightError):
+                await cdp.send("Fetch.failRequest", {"requestId": request_id, "errorReason": "Failed"})
             if self._on_error is not None:
                 self._on_error(str(exc).splitlines()[0][:200])
 

@@ -107,6 +107,14 @@ async def test_a_missing_or_broken_archive_is_a_clear_error(pool: BrowserPool, o
             await episode(pool, openweb.url("shop.test", "/changing"), TrafficSpec(mode="replay", path=str(path)))
     with pytest.raises(TrafficError, match="version"):
         Archive.from_bytes(__import__("zlib").compress(__import__("msgpack").packb({"version": 99})))
+    # An archive whose response the browser refuses (no HTTP status, a header name with a line break): the load
+    # fails at once, as a page the network could not load, and nothing waits for it.
+    url = openweb.url("shop.test", "/changing")
+    hostile = Archive()
+    hostile.add(request_key("GET", url, None), 42, [("X-Bad\nName", "v")], b"<h1>x</h1>")
+    hostile.write(str(tmp_path / "hostile.traffic"))
+    [(obs, _)] = await episode(pool, url, TrafficSpec(mode="replay", path=str(tmp_path / "hostile.traffic")))
+    assert obs.load_error is not None and obs.timings_ms.get("settle_ms", 0) < 5000, obs
     # The pool still serves episodes.
     assert (await episode(pool, openweb.url("shop.test", "/changing"), None))[0][0].status == 200
 

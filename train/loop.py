@@ -121,7 +121,8 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
     out = Path(cfg.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     run_cfg = RunConfig(tasks=cfg.tasks, output_dir=str(out / "rollouts"), concurrency=cfg.concurrency,
-                        workers=cfg.workers, reward=cfg.reward, telemetry=None, step_caps=cfg.step_caps)
+                        workers=cfg.workers, reward=cfg.reward, telemetry=None, step_caps=cfg.step_caps,
+                        traffic_group=cfg.samples_per_task if cfg.hold_group_web else 0)
     judge = (make_judge(JudgeConfig(base_url=cfg.judge_base_url, model=cfg.judge_model))
              if cfg.judge_base_url and cfg.reward != "program" else None)
     target = target or make_target(cfg)

@@ -54,6 +54,9 @@ class LoopConfig:
     # without a verdict): "rerun" it on the same task, so the group keeps its size, or "drop" the group
     # (train.rollout_pool). Blocked and unrewarded members always drop their group: a rerun cannot help.
     on_infra: InfraAction = "rerun"
+    # Each group's first member records its page traffic and the others replay its start page, so that the group
+    # starts from one page (engine.episode.traffic_plan; docs/repeatable.md).
+    hold_group_web: bool = False
     # Step caps (easy, medium, hard) of the rollouts, the original's train caps (10, 20, 30) when not set:
     # shorter episodes for quick iterations.
     step_caps: tuple[int, int, int] | None = None
