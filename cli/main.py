@@ -12,7 +12,7 @@ from collections.abc import Coroutine
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -20,7 +20,6 @@ from rich.console import Console
 from browserpool.auth import KeyFileError, create_keypair, warn_insecure
 from browserpool.config import WorkerConfig
 from browserpool.consent import CONSENT_MODES
-from browserpool.protocol import MissPolicy
 from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
@@ -31,6 +30,7 @@ from cli.options import (
     field_default,
     net_policy_options,
     net_settings,
+    traffic_options,
     worker_socket_options,
 )
 from cli.progress import show_progress, summary_table
@@ -227,14 +227,7 @@ def main() -> None:
 @click.option("--blocklist-hours", type=click.FloatRange(0, min_open=True), default=12.0, show_default=True,
               help="How long a domain that blocked the agent is skipped.")
 # --- traffic (docs/repeatable.md) ---
-@click.option("--record-traffic", is_flag=True, default=run_default("record_traffic"),
-              help="Keep every response each episode's pages received (HTTPS included) in RUN_DIR/traffic, one "
-                   "archive per episode, for --replay-traffic.")
-@click.option("--replay-traffic", type=click.Path(exists=True, file_okay=False), default=run_default("replay_traffic"),
-              help="Serve every episode's pages from this run directory's recorded traffic: same task, same bytes; "
-                   "the pages' clock and random numbers fixed.")
-@click.option("--traffic-miss", type=click.Choice(get_args(MissPolicy)), default=run_default("traffic_miss"),
-              show_default=True, help="What a replayed request the recording lacks gets: a 404, or the live site.")
+@traffic_options
 @click.option("--traffic-group", type=click.IntRange(0), default=run_default("traffic_group"), show_default=True,
               help="GRPO groups of this many samples per task: each group's first member records, the others "
                    "replay its start page (what they load beyond it comes live). 0: off.")

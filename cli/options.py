@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import click
 import msgspec
@@ -12,7 +12,7 @@ from rich.console import Console
 
 from browserpool.auth import KeyFileError, warn_insecure
 from browserpool.config import WorkerConfig
-from browserpool.protocol import NetSettings
+from browserpool.protocol import MissPolicy, NetSettings
 from engine.agent.model_api import SamplingParams
 from engine.agent.prompts import OBSERVE_KINDS, AgentConfig
 from engine.core.builders import server_keys
@@ -54,6 +54,8 @@ _ENGINE: dict[str, tuple[type, str]] = {
     "telemetry": (RunConfig, "telemetry"), "listen": (RunConfig, "listen"), "server_key": (RunConfig, "server_key"),
     "allow_keys": (RunConfig, "allow_keys"), "insecure": (RunConfig, "insecure"),
     "net_policy": (NetSettings, "enabled"), "allow_private_network": (NetSettings, "allow_private_network"),
+    "record_traffic": (RunConfig, "record_traffic"), "replay_traffic": (RunConfig, "replay_traffic"),
+    "traffic_miss": (RunConfig, "traffic_miss"),
 }
 OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
     "run": {
@@ -67,8 +69,7 @@ OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
         "policy_step_timeout": (RunConfig, "policy_step_timeout_s"),
         "domain_limit": (RunConfig, "domain_limit"), "domain_rate": (RunConfig, "domain_rate"),
         "blocklist_path": (RunConfig, "blocklist"),
-        "record_traffic": (RunConfig, "record_traffic"), "replay_traffic": (RunConfig, "replay_traffic"),
-        "traffic_miss": (RunConfig, "traffic_miss"), "traffic_group": (RunConfig, "traffic_group"),
+        "traffic_group": (RunConfig, "traffic_group"),
         "context_memory_mib": (WorkerConfig, "context_memory_mib"),
         "page_memory_mib": (WorkerConfig, "page_memory_mib"),
         "browser_memory_mib": (WorkerConfig, "browser_memory_mib"), "user_agent": (WorkerConfig, "user_agent"),
@@ -157,6 +158,23 @@ def net_policy_options(f: F) -> F:
         click.option("--net-policy/--no-net-policy", default=default_of(NetSettings, "enabled"), show_default=True,
                      help="The network policy for pages; off, pages may load from any address the machine "
                           "reaches."),
+    ])
+
+
+def traffic_options(f: F) -> F:
+    """``--record-traffic``, ``--replay-traffic``, ``--traffic-miss``: pages' traffic recorded into the run
+    directory or served from one (docs/repeatable.md)."""
+    return _apply(f, [
+        click.option("--record-traffic", is_flag=True, default=default_of(RunConfig, "record_traffic"),
+                     help="Keep every response each episode's pages received (HTTPS included) in RUN_DIR/traffic, "
+                          "one archive per episode (serve: per lease), for --replay-traffic."),
+        click.option("--replay-traffic", type=click.Path(exists=True, file_okay=False),
+                     default=default_of(RunConfig, "replay_traffic"),
+                     help="Serve every episode's pages from this run directory's recorded traffic: same task "
+                          "(serve: same lease number), same bytes; the pages' clock and random numbers fixed."),
+        click.option("--traffic-miss", type=click.Choice(get_args(MissPolicy)),
+                     default=default_of(RunConfig, "traffic_miss"), show_default=True,
+                     help="What a replayed request the recording lacks gets: a 404, or the live site."),
     ])
 
 

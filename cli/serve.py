@@ -16,7 +16,14 @@ from rich.console import Console
 from browserpool.config import WorkerConfig
 from cli.console_streams import keep_going_without_a_console
 from cli.open_files import raise_open_file_limit
-from cli.options import check_sockets, field_default, net_policy_options, net_settings, worker_socket_options
+from cli.options import (
+    check_sockets,
+    field_default,
+    net_policy_options,
+    net_settings,
+    traffic_options,
+    worker_socket_options,
+)
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
 from engine.core.gc_tuning import tune_for_engine_process
@@ -46,12 +53,6 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
                    "`webgym-engine view`.")
 @click.option("--output", "output_dir", default=serve_default("output_dir"), show_default=True,
               help="Where the run directory goes.")
-@click.option("--record-traffic", is_flag=True,
-              help="Keep every response each lease's pages received in RUN_DIR/traffic (lease N: lease-N_0.traffic).")
-@click.option("--replay-traffic", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Serve lease N's pages from lease N's recorded traffic in this run directory.")
-@click.option("--traffic-miss", type=click.Choice(["404", "live"]), default="404", show_default=True,
-              help="What a replayed request the recording lacks gets: a 404, or the live site.")
 @click.option("--sites", is_flag=True, help="Also serve the bundled sites (their URL is printed).")
 @click.option("--max-connections", type=click.IntRange(1), default=serve_default("max_connections"), show_default=True,
               help="Client connections open at once; one more gets a 503 and is closed.")
@@ -66,6 +67,7 @@ DEFAULT_KEY_ENV = "CPU_CLUSTER_TOKEN"  # where WebGym's and AsyncWebRL's clients
               help="Live telemetry for `webgym-engine monitor` (one cell per lease): ipc, tcp://HOST:PORT or off.")
 @worker_socket_options
 @net_policy_options
+@traffic_options
 @click.pass_context
 def serve(ctx: click.Context, **opts: Any) -> None:
     """Serve browsers over the Omniboxes HTTP API, for WebGym's and AsyncWebRL's rollout clients."""

@@ -34,7 +34,7 @@ from viewer.report import summarize
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 # What the engine writes only sometimes (EpisodeRecord, StepRecord): everything else it always writes.
-EPISODE_SOMETIMES = {"open_events", "judged_at", "judge_error"}
+EPISODE_SOMETIMES = {"open_events", "judged_at", "judge_error", "traffic"}
 STEP_ALWAYS = {"step", "url", "title", "screenshot", "settled", "action", "action_text", "reply", "thought",
                "parse_error", "policy_version", "timings_ms"}
 STEP_IF_ACTED = {"point", "note", "page_changed", "result"}
