@@ -46,8 +46,8 @@ async def one_run(base_url: str, mode: str, args: argparse.Namespace, out: Path,
     stats, run_dir = await run(cfg, make_policy("scripted"), base_url)
     cpu = cpu_s() - c0
     records = read_records(run_dir)
-    misses = sum((s.get("traffic") or {}).get("misses", 0) for r in records for s in r["steps"])
-    misses += sum(r.get("traffic", {}).get("open", {}).get("misses", 0) for r in records)
+    misses = sum(s["traffic"]["misses"] for r in records for s in r["steps"] if "traffic" in s)
+    misses += sum(r["traffic"]["open"]["misses"] for r in records if "open" in r.get("traffic", {}))
     archives = sorted((run_dir / "traffic").glob("*.traffic")) if mode == "record" else []
     figures = {"mode": mode, "steps": stats.steps, "steps_per_s": round(stats.steps_per_s, 3),
                "cpu_ms_per_step": round(cpu * 1000 / max(1, stats.steps), 2), "wall_s": round(time.monotonic() - t0, 2),

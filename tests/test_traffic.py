@@ -8,6 +8,7 @@ Real Chromium on the tests' local open web (tests/openweb.py: named hosts over H
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest_asyncio
 
 from browserpool.config import CHROMIUM_FLAGS
 from browserpool.pool import BrowserOpError, BrowserPool, PoolConfig
+from browserpool.pool_errors import WorkerLost
 from browserpool.protocol import BrowserAction, NetSettings, Observation, TrafficSpec
 from browserpool.traffic import Archive, TrafficError, request_key
 from engine.agent.actions import AgentAction
@@ -24,7 +26,12 @@ from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.clients.runner import run
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
-from engine.store.run_dir import read_records
+from engine.episode.context import RolloutContext
+from engine.episode.rollout import Rollout
+from engine.episode.traffic_plan import TrafficPlan, TrafficSettings
+from engine.store.run_dir import RunStore, read_records
+from engine.store.stats import RunStats
+from engine.tasks.loading import parse_task
 from server.app import BrowserServer, ServerConfig
 from tests.conftest import started_pool
 from tests.omnibox_client import OmniboxClient
@@ -227,3 +234,29 @@ async def test_serve_records_a_leases_traffic_and_replays_it(tmp_path: Path, ope
     cfg = run_config(tmp_path, openweb, "serve-rep", replay_traffic=str(recorded), episode_timeout_s=None)
     _, replayed = await served_pages(cfg, url)
     assert replayed == texts and openweb.hits == hits  # the same pages, nothing asked of the site
+
+
+class _NoBrowserPool:
+    """Stands in for the browser pool where no browser can be had: every lease fails as a lost worker's would, so
+    a group's first member never opens its start page."""
+
+    async def lease(self, episode_id: str) -> None:
+        raise WorkerLost(f"stand-in pool: no worker for {episode_id}")
+
+
+async def test_a_group_whose_first_member_never_opens_runs_the_others_live(tmp_path: Path) -> None:
+    task = parse_task({"task_id": "g", "task_name": "Read the page.", "difficulty": 1,
+                       "website": "http://shop.test/"}, tmp_path / "tasks.jsonl", "line 1")
+    store = RunStore(tmp_path / "run")
+    plan = TrafficPlan(TrafficSettings(group=3), store.dir)
+    ctx = RolloutContext(pool=_NoBrowserPool(), policy=ClickNextPolicy(),  # type: ignore[arg-type]
+                         policy_slots=asyncio.Semaphore(1), store=store, stats=RunStats(), traffic=plan)
+    try:
+        # Before, the members waited for the start page for ever (or until their episode's cap).
+        records = await asyncio.wait_for(asyncio.gather(*(Rollout(task, i, ctx).run() for i in range(3))), 30)
+    finally:
+        store.close()
+    assert [r["error"]["kind"] for r in records] == ["worker_lost"] * 3  # type: ignore[index]
+    assert records[0]["traffic"]["mode"] == "record"
+    assert [r["traffic"] for r in records[1:]] == [
+        {"mode": "live", "why": "its group's first member did not open"}] * 2

@@ -7,7 +7,7 @@ from typing import Any, TypedDict
 
 from browserpool.protocol import Observation, TrafficStats
 from engine.agent.policy_api import StepView
-from engine.store.records import FinalPage, PageEvent, StepRecord
+from engine.store.records import EpisodeTraffic, FinalPage, PageEvent, StepRecord, StepTraffic
 from engine.web.redact import mask_url
 
 
@@ -28,7 +28,7 @@ class OpenEvents(TypedDict, total=False):
 class EpisodeTrafficEntry(TypedDict, total=False):
     """An :class:`~engine.store.records.EpisodeRecord`'s ``traffic``, for an episode that records or replays it."""
 
-    traffic: dict[str, Any]
+    traffic: EpisodeTraffic
 
 
 def event_entries(obs: Observation) -> list[PageEvent] | None:
@@ -68,10 +68,10 @@ def record_result(step: StepRecord, obs: Observation, screenshot: str | None, cu
         step["traffic"] = traffic_entry(obs.traffic)
 
 
-def traffic_entry(stats: TrafficStats) -> dict[str, Any]:
+def traffic_entry(stats: TrafficStats) -> StepTraffic:
     """What an observation's loads did to the episode's recorded or replayed traffic, as records keep it (URLs of
     misses masked)."""
-    entry: dict[str, Any] = {"recorded": stats.recorded, "served": stats.served, "misses": stats.misses}
+    entry: StepTraffic = {"recorded": stats.recorded, "served": stats.served, "misses": stats.misses}
     if stats.miss_urls:
         entry["miss_urls"] = [mask_url(u) for u in stats.miss_urls]
     return entry

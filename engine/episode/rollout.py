@@ -43,6 +43,7 @@ from engine.store.records import (
     RecordErrorKind,
     RecordStatus,
     StepRecord,
+    StepTraffic,
 )
 from engine.store.run_dir import StoreFailed, episode_key
 from engine.tasks.schema import PageOpenArgs, Task
@@ -89,7 +90,7 @@ class Rollout:
         self.current_truncated: list[str] = []  # what the caps cut from the current observation
         self.page_url = ""  # the current page's real URL (records and prompts get it masked and capped)
         self.open_events: list[PageEvent] | None = None  # what the start page did as it loaded
-        self.open_traffic: dict[str, Any] | None = None  # what its loads did to the recorded or replayed traffic
+        self.open_traffic: StepTraffic | None = None  # what its loads did to the recorded or replayed traffic
         self.block_for_s: float | None = None  # a block page's Retry-After: how long its domain stays blocked
         self.system_prompt: str | None = None
         self.frames_taken = 0
@@ -172,28 +173,13 @@ class Rollout:
         self._set(State.WAITING)
         t = time.monotonic()
         traffic = await self._traffic()  # a group member waits here for its group's start
-        self.session = await self.ctx.pool.lease(self.episode_id)
-        self.timings["wait_browser_ms"] = round((time.monotonic() - t) * 1000, 1)
-        self._set(State.RUNNING, Op.NAVIGATE)
-        # A page that runs its own episode (engine.tasks.schema.PageHooks): its setup script and probe. Plain tasks
-        # send neither.
-        page = self.task.page
-        page_args: PageOpenArgs = page.open_args({"episode_id": self.episode_id, "task_id": self.task.task_id,
-                                    "sample": self.sample}) if page else {}
-        await self._before_action(self.task.website, self.timings)
-        t = time.monotonic()
-        # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
         opened = False
         try:
-            obs, frame = await self.session.open(self.task.website, som=self.ctx.policy.som,
-                                                 som_elements=self.ctx.settings.page_limits.elements,
-                                                 axtree=self.ctx.policy.axtree, dom=self.ctx.policy.dom,
-                                                 traffic=traffic, **page_args)
+            obs, frame = await self._open(traffic, t)
             opened = True
-        finally:  # a group this rollout records for may now start (or, when the open failed, go live)
+        finally:  # a group this rollout records for may now start (or, when it did not open, go live)
             if self.ctx.traffic is not None and self.traffic is not None:
                 self.ctx.traffic.opened(self.traffic, opened)
-        self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
         if obs.traffic is not None:
             self.open_traffic = traffic_entry(obs.traffic)
         self._set(State.RUNNING, Op.SCREENSHOT)
@@ -214,6 +200,26 @@ class Rollout:
                 self.task = dataclasses.replace(self.task, task_name=utterance.strip())
                 self.status.task = self.task.task_name
             self.over = bool(obs.probe.get("done"))
+
+    async def _open(self, traffic: TrafficSpec | None, waiting_since: float) -> tuple[Observation, Frame]:
+        """Lease a browser and open the task's start page in it."""
+        self.session = await self.ctx.pool.lease(self.episode_id)
+        self.timings["wait_browser_ms"] = round((time.monotonic() - waiting_since) * 1000, 1)
+        self._set(State.RUNNING, Op.NAVIGATE)
+        # A page that runs its own episode (engine.tasks.schema.PageHooks): its setup script and probe. Plain tasks
+        # send neither.
+        page = self.task.page
+        page_args: PageOpenArgs = page.open_args({"episode_id": self.episode_id, "task_id": self.task.task_id,
+                                    "sample": self.sample}) if page else {}
+        await self._before_action(self.task.website, self.timings)
+        t = time.monotonic()
+        # The worker draws only the elements the prompt can list (page_limits.elements): no box without its line.
+        opened = await self.session.open(self.task.website, som=self.ctx.policy.som,
+                                         som_elements=self.ctx.settings.page_limits.elements,
+                                         axtree=self.ctx.policy.axtree, dom=self.ctx.policy.dom, traffic=traffic,
+                                         **page_args)
+        self.timings["navigate_ms"] = round((time.monotonic() - t) * 1000, 1)
+        return opened
 
     async def _traffic(self) -> TrafficSpec | None:
         """The episode's traffic spec (None: live), chosen once (a retry keeps it); a replay without an archive
@@ -534,9 +540,9 @@ class Rollout:
 
     def _traffic_record(self) -> EpisodeTrafficEntry:
         """The record's ``traffic``, for an episode that records or replays it."""
-        if self.traffic is None or not self.traffic.info:
+        if self.traffic is None:
             return {}
-        entry: dict[str, Any] = dict(self.traffic.info)
+        entry = self.traffic.info.copy()
         if self.open_traffic is not None:
             entry["open"] = self.open_traffic
         return {"traffic": entry}

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from browserpool.protocol import MissPolicy, TrafficSpec
+from engine.store.records import EpisodeTraffic
 from engine.store.run_dir import episode_key, frames_name
 
 TRAFFIC_DIR = "traffic"
@@ -47,7 +48,7 @@ class RolloutTraffic:
     """A rollout's part: its spec (None: live), what the record says of it, and the group it leads, if any."""
 
     spec: TrafficSpec | None
-    info: dict[str, str] = field(default_factory=dict)
+    info: EpisodeTraffic
     leads: tuple[str, int] | None = None
 
 
@@ -87,12 +88,13 @@ class TrafficPlan:
             start_path = await asyncio.shield(snapshot)
             if start_path is None:
                 return RolloutTraffic(None, {"mode": "live", "why": "its group's first member did not open"})
+            shared = self._rel(Path(start_path))
             return RolloutTraffic(TrafficSpec(mode="replay", path=start_path, miss="live"),
-                                  {"mode": "replay", "archive": self._rel(Path(start_path)), "group_start": "yes"})
+                                  {"mode": "replay", "archive": shared, "group_start": shared})
         if s.record:
             return RolloutTraffic(TrafficSpec(mode="record", path=str(own), seed=seed),
                                   {"mode": "record", "archive": self._rel(own)})
-        return RolloutTraffic(None)
+        return RolloutTraffic(None, {"mode": "live"})
 
     def opened(self, traffic: RolloutTraffic, ok: bool) -> None:
         """The rollout's first page load is over: a group it leads may now replay its start (or go live)."""

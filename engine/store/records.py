@@ -160,6 +160,27 @@ class PageEvent(TypedDict):
     detail: str
 
 
+class StepTraffic(TypedDict, total=False):
+    """What an observation's loads did to an episode's recorded or replayed traffic (docs/repeatable.md)."""
+
+    recorded: Required[int]  # responses kept (recording)
+    served: Required[int]  # requests answered from the archive (replay)
+    misses: Required[int]  # requests the archive lacked (replay)
+    miss_urls: list[str]  # the first of their URLs, masked
+
+
+class EpisodeTraffic(TypedDict, total=False):
+    """How an episode's traffic was kept or served (:mod:`engine.episode.traffic_plan`): its mode, the archive it
+    wrote or read (relative to the run directory when it is in it), the start snapshot of its GRPO group, why it
+    ran live, and what its start page's loads did."""
+
+    mode: Required[Literal["record", "replay", "live"]]
+    archive: str
+    group_start: str
+    why: str
+    open: StepTraffic
+
+
 class RecordError(TypedDict):
     """What ended an episode of status ``error`` or ``blocked`` (``error``), or one of its earlier attempts
     (``previous_errors``): an error kind and its message (capped, credentials masked). Status ``error``:
@@ -241,7 +262,7 @@ class StepRecord(TypedDict, total=False):
     dom: list[list[int | float | str | bool]]
     # Episodes that record or replay their traffic: what the action's loads did (responses recorded, requests
     # answered from the archive, requests it lacked and the first of their URLs).
-    traffic: dict[str, Any]
+    traffic: StepTraffic
     truncated: list[str]  # what the caps cut from the page the step acted on
     parsed: dict[str, Any]  # the policy's parsed fields, coordinate frames, generation facts (prompt_sha256...)
     messages: list[dict[str, Any]]  # the chat the model was given, without the episode's system message
@@ -281,9 +302,7 @@ class EpisodeRecord(TypedDict, total=False):
     attempts: int
     previous_errors: list[RecordError]  # attempts lost with their worker, retried
     open_events: list[PageEvent]  # optional: what the start page did as it loaded
-    # Optional: the episode's traffic (engine.episode.traffic_plan): its mode (record, replay, live), its archive
-    # (relative to the run directory when it is in it), and what the start page's loads did.
-    traffic: dict[str, Any]
+    traffic: EpisodeTraffic  # optional: how its traffic was recorded or replayed
     steps: list[StepRecord]
     final: FinalPage | None  # None when the episode never saw a page
     started_at: float  # wall clock (time.time())
