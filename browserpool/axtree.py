@@ -8,8 +8,10 @@ attribute is written into the page. Pruned: nodes Chromium marks ignored, namele
 (their children take their place), inline text boxes, and a text run that only repeats a part of its parent's name
 (a link's own text).
 
-Cross-site iframes live in another renderer (site isolation) and are not read: their node stays, with the state
-``cross-site frame not read``. Shadow roots are part of Chromium's tree already.
+Cross-site iframes are read like the others under the workers' headless shell, which keeps them in the tab's
+renderer. A browser that isolates sites (the full Chromium) renders them in a renderer of their own, which this
+session does not reach: their node stays, with the state ``cross-site frame not read``. Shadow roots are part of
+Chromium's tree already.
 """
 
 from __future__ import annotations

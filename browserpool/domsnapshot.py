@@ -11,7 +11,8 @@ counted: an element covered by another, or clipped by an ancestor's ``overflow``
 ``clickable``: Chromium's own mark (a click listener, a link) or a native control (a button, a form field, a
 ``<summary>``).
 
-Cross-site iframes live in another renderer (site isolation) and are not in the snapshot.
+Cross-site iframes are in it under the workers' headless shell, which keeps them in the tab's renderer; a browser
+that isolates sites (the full Chromium) renders them in a renderer of their own, and there they are not.
 """
 
 from __future__ import annotations

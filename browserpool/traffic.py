@@ -18,8 +18,10 @@ Time and randomness: in both modes every document of the tab sees ``Date`` (and 
 moves one millisecond per reading), so a page that renders the time or a random pick renders the same in every
 replay and in the recording itself. Timers still fire on the real clock.
 
-Not covered: out-of-process (cross-site) iframes and service workers have sessions of their own: their loads are
-neither recorded nor answered (in replay they go to the network, through the worker's proxy as always);
+Not covered: service workers and out-of-process iframes have sessions of their own: their loads are neither
+recorded nor answered (in replay they go to the network, through the worker's proxy as always). The workers'
+headless shell keeps cross-site iframes in the tab's renderer, so they are covered; a browser that isolates sites
+(the full Chromium) does not;
 WebSockets and server-sent streams are not recorded; state a page changes on its server (a POST) is replayed as
 the response it got, not redone.
 """

@@ -14,7 +14,8 @@ domain limits and blocklist, as live websites are. Hosts whose name says what th
   ``tracker.test`` back to ``/landed``, ``/slow-scripts`` a page whose third-party script never finishes, and
   ``/new-tab?to=URL``, ``/popup?to=URL``, ``/popup-onload?to=URL`` pages whose top half is a ``target=_blank``
   link, a button that opens a new window, and nothing (the page opens a window as it loads) respectively;
-  ``/changing`` (and ``/changing-next``, ``/changing-unseen``) a page that differs on every load.
+  ``/changing`` (and ``/changing-next``, ``/changing-unseen``) a page that differs on every load, and
+  ``/framed?src=URL`` a page that shows ``URL`` in an iframe (another host's page: a cross-site frame).
 
 The same pages are served over HTTPS on :attr:`OpenWeb.tls_port` with a self-signed certificate (made with
 ``openssl`` when the server starts) that no browser trusts: a TLS error, as a site with a broken certificate
@@ -180,6 +181,11 @@ class OpenWeb(_ThreadServer):
                                 content_type="text/html")
         if host in ("ads.test", "tracker.test"):
             return web.Response(text="/* an ad */", content_type="application/javascript")
+        if request.path == "/framed":  # another site's page in a frame, as an embedded ad or widget
+            src = html.escape(request.query.get("src", ""))
+            return web.Response(text=f"<!doctype html><title>framed</title><h1>Framing {host}</h1>"
+                                     f"<iframe src=\"{src}\" width=600 height=500></iframe>",
+                                content_type="text/html")
         if request.path.startswith("/changing"):
             return _changing(request.path, self.hits[host])
         if request.path == "/download":

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from browserpool.axtree import CROSS_SITE, _flatten
-from browserpool.pool import BrowserOpError, BrowserPool
-from browserpool.protocol import AXNode, BrowserAction, Observation
+from browserpool.pool import BrowserOpError, BrowserPool, PoolConfig
+from browserpool.protocol import AXNode, BrowserAction, NetSettings, Observation
 from engine.agent.actions import AgentAction
 from engine.agent.formats import action_format
 from engine.agent.policy_api import StepView
@@ -31,7 +32,8 @@ from engine.tasks.loading import load_tasks
 from engine.tasks.schema import Task
 from policy.agent_policy import AgentPolicy
 from policy.tree_scripted import TreeScriptedModel
-from tests.conftest import subset, viewer_episode
+from tests.conftest import open_session, started_pool, subset, viewer_episode
+from tests.openweb import OpenWeb
 from viewer.report import build_report
 
 _episodes = iter(range(10**6))
@@ -153,6 +155,42 @@ async def test_a_hybrid_episodes_marks_carry_the_trees_ids(pool: BrowserPool,
                                        action_format="browsergym"))
     view = StepView("u", "t", b"", 1280, 768, True, None, [[9999, "div", "box", 0, 0, 10, 10]], axtree=list(TREE))
     assert hybrid.read("click('9999')", view).action == AgentAction("left_click", node=9999)  # a mark, not in the tree
+
+
+@pytest.fixture(scope="module")
+def openweb() -> Iterator[OpenWeb]:
+    with OpenWeb(delay_s=0.0) as web:
+        yield web
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def openweb_pool(openweb: OpenWeb) -> AsyncIterator[BrowserPool]:
+    """A worker with the default browser (the headless shell) that reaches the local open web's named hosts."""
+    cfg = PoolConfig(workers=1)
+    cfg.worker.net = NetSettings(allow_private_network=True, hosts=openweb.net_hosts)
+    async with started_pool(cfg) as p:
+        yield p
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_cross_site_frame_is_read_and_acted_on_in_the_default_browser(
+        openweb_pool: BrowserPool, openweb: OpenWeb) -> None:
+    # The headless shell keeps a cross-site iframe in the tab's renderer (no strict site isolation): its document
+    # is in the tree and the snapshot like a same-site frame's, under the top page's ids.
+    url = openweb.url("shop.test", "/framed?src=" + openweb.url("news.test", "/changing"))
+    async with open_session(openweb_pool, url, axtree=True, dom=True) as (session, obs, _):
+        nodes = obs.axtree or []
+        frame = find(nodes, "Iframe", "")
+        link = find(nodes, "link", "next")
+        assert nodes.index(link) > nodes.index(frame) and link.depth > frame.depth
+        assert not [n for n in nodes if CROSS_SITE in n.states]
+        box = next(e for e in obs.dom or [] if e.tag == "iframe")
+        inner = next(e for e in obs.dom or [] if e.id == link.id)  # the snapshot holds the frame's elements too
+        assert box.x <= inner.x and box.y <= inner.y + inner.h <= box.y + box.h
+        before = openweb.hits["news.test"]
+        clicked = await act(session, BrowserAction("click", node=link.id))
+        assert clicked.point is not None and box.y <= clicked.point[1] <= box.y + box.h
+        assert openweb.hits["news.test"] > before  # the frame followed its link
 
 
 def _cdp_node(node_id: int, role: str, name: str = "", children: tuple[int, ...] = (), backend: int | None = None,
