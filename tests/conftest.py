@@ -29,6 +29,7 @@ from browserpool.protocol import Observation
 from browserpool.worker import BrowserWorker
 from engine.sites.server import SiteServer
 from engine.tasks.schema import BUNDLED_TASKS
+from tests.openweb import OpenWeb
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 
@@ -80,6 +81,17 @@ async def started_pool(cfg: PoolConfig) -> AsyncIterator[BrowserPool]:
         yield pool
     finally:
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def openweb_pool(web: OpenWeb) -> AsyncIterator[BrowserPool]:
+    """One browser worker whose pages reach the local open web (tests/openweb.py), HTTPS on its trusted port
+    included."""
+    cfg = PoolConfig(workers=1)
+    cfg.worker.net = web.net
+    cfg.worker.chromium_flags = [*CHROMIUM_FLAGS, f"--ignore-certificate-errors-spki-list={web.trusted_spki}"]
+    async with started_pool(cfg) as p:
+        yield p
 
 
 @contextlib.asynccontextmanager

@@ -46,6 +46,8 @@ from typing import Self
 
 from aiohttp import web
 
+from browserpool.protocol import NetSettings
+
 HOSTS = ("shop.test", "news.test", "wiki.test", "travel.test", "blocked.test", "limited.test", "challenge.test",
          "secure.test", "closed.test", "ads.test", "tracker.test")
 
@@ -98,6 +100,11 @@ class OpenWeb(_ThreadServer):
     def net_hosts(self) -> dict[str, str]:
         """The worker's name -> address map for these sites."""
         return dict.fromkeys(HOSTS, "127.0.0.1")
+
+    @property
+    def net(self) -> NetSettings:
+        """A worker's network settings that let its pages reach these sites."""
+        return NetSettings(allow_private_network=True, hosts=self.net_hosts)
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)

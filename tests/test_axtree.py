@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 
 from browserpool.axtree import CROSS_SITE, _flatten
-from browserpool.pool import BrowserOpError, BrowserPool, PoolConfig
-from browserpool.protocol import AXNode, BrowserAction, NetSettings, Observation
+from browserpool.pool import BrowserOpError, BrowserPool
+from browserpool.protocol import AXNode, BrowserAction, Observation
 from engine.agent.actions import AgentAction
 from engine.agent.formats import action_format
 from engine.agent.policy_api import StepView
@@ -32,7 +32,7 @@ from engine.tasks.loading import load_tasks
 from engine.tasks.schema import Task
 from policy.agent_policy import AgentPolicy
 from policy.tree_scripted import TreeScriptedModel
-from tests.conftest import open_session, started_pool, subset, viewer_episode
+from tests.conftest import open_session, openweb_pool, subset, viewer_episode
 from tests.openweb import OpenWeb
 from viewer.report import build_report
 
@@ -164,21 +164,19 @@ def openweb() -> Iterator[OpenWeb]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def openweb_pool(openweb: OpenWeb) -> AsyncIterator[BrowserPool]:
+async def web_pool(openweb: OpenWeb) -> AsyncIterator[BrowserPool]:
     """A worker with the default browser (the headless shell) that reaches the local open web's named hosts."""
-    cfg = PoolConfig(workers=1)
-    cfg.worker.net = NetSettings(allow_private_network=True, hosts=openweb.net_hosts)
-    async with started_pool(cfg) as p:
+    async with openweb_pool(openweb) as p:
         yield p
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_cross_site_frame_is_read_and_acted_on_in_the_default_browser(
-        openweb_pool: BrowserPool, openweb: OpenWeb) -> None:
+        web_pool: BrowserPool, openweb: OpenWeb) -> None:
     # The headless shell keeps a cross-site iframe in the tab's renderer (no strict site isolation): its document
     # is in the tree and the snapshot like a same-site frame's, under the top page's ids.
     url = openweb.url("shop.test", "/framed?src=" + openweb.url("news.test", "/changing"))
-    async with open_session(openweb_pool, url, axtree=True, dom=True) as (session, obs, _):
+    async with open_session(web_pool, url, axtree=True, dom=True) as (session, obs, _):
         nodes = obs.axtree or []
         frame = find(nodes, "Iframe", "")
         link = find(nodes, "link", "next")

@@ -18,7 +18,6 @@ import pytest
 from click.testing import CliRunner
 
 from browserpool.config import CHROMIUM_FLAGS, WorkerConfig
-from browserpool.protocol import NetSettings
 from browserpool.request_rules import RequestRules
 from browserpool.upstream import parse_proxy
 from cli.tasks import tasks as tasks_cli
@@ -65,7 +64,7 @@ def write_tasks(path: Path, tasks: list[dict]) -> Path:
 
 
 def config(tmp_path: Path, tasks: Path, openweb: OpenWeb, **kw: object) -> RunConfig:
-    worker = WorkerConfig(endpoint="", net=NetSettings(allow_private_network=True, hosts=openweb.net_hosts))
+    worker = WorkerConfig(endpoint="", net=openweb.net)
     return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), workers=1, worker=worker, telemetry=None,
                      reward="program", **kw)  # type: ignore[arg-type]
 

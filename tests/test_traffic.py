@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from browserpool.config import CHROMIUM_FLAGS
-from browserpool.pool import BrowserOpError, BrowserPool, PoolConfig
+from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.pool_errors import WorkerLost
-from browserpool.protocol import BrowserAction, NetSettings, Observation, TrafficSpec
+from browserpool.protocol import BrowserAction, Observation, TrafficSpec
 from browserpool.traffic import Archive, TrafficError, request_key
 from engine.agent.actions import AgentAction
 from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
@@ -33,7 +32,7 @@ from engine.store.run_dir import RunStore, read_records
 from engine.store.stats import RunStats
 from engine.tasks.loading import parse_task
 from server.app import BrowserServer, ServerConfig
-from tests.conftest import started_pool
+from tests.conftest import openweb_pool
 from tests.omnibox_client import OmniboxClient
 from tests.openweb import OpenWeb
 
@@ -49,10 +48,7 @@ def openweb() -> OpenWeb:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pool(openweb: OpenWeb) -> AsyncIterator[BrowserPool]:
-    cfg = PoolConfig(workers=1)
-    cfg.worker.net = NetSettings(allow_private_network=True, hosts=openweb.net_hosts)
-    cfg.worker.chromium_flags = [*CHROMIUM_FLAGS, f"--ignore-certificate-errors-spki-list={openweb.trusted_spki}"]
-    async with started_pool(cfg) as p:
+    async with openweb_pool(openweb) as p:
         yield p
 
 
@@ -161,7 +157,7 @@ def run_config(tmp_path: Path, openweb: OpenWeb, name: str, samples: int = 1, **
                              for i, host in enumerate(("shop.test", "news.test"))))
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / name), workers=1, telemetry=None, reward="program",
                     episodes=2 * samples, **kw)  # type: ignore[arg-type]
-    cfg.worker.net = NetSettings(allow_private_network=True, hosts=openweb.net_hosts)
+    cfg.worker.net = openweb.net
     return cfg
 
 
