@@ -20,7 +20,8 @@ run: setup
 # The one-way import rule and the type check first (both configured in pyproject.toml; docs/architecture.md), then
 # the tests: in
 # TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests in one process (its
-# module fixtures start once); the tests that assert an upper bound on elapsed time after them, alone.
+# module fixtures start once), the slowest files first (tests/conftest.py); the tests that assert an upper bound on
+# elapsed time after them, alone.
 # TEST_REPORT=PREFIX writes each phase's JUnit report to PREFIX-PHASE.xml (`python -m bench.test_time` reads them).
 TEST_PROCS ?= 2
 TEST_REPORT ?=
@@ -28,7 +29,7 @@ junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
 test: setup frameworks
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile -m "not wallclock" $(call junit,parallel)
+	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
 	.venv-verl/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_verl.py $(call junit,verl)
 	.venv-areal/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_areal.py $(call junit,areal)

@@ -116,6 +116,21 @@ async def test_a_cross_site_frames_loads_are_recorded_and_replayed(pool: Browser
     assert {r[0][1] for r in replays} == {recording[0][1]}  # the framed page, byte-identical
 
 
+async def test_a_redirect_chain_replays_to_where_it_landed(pool: BrowserPool, openweb: OpenWeb,
+                                                          tmp_path: Path) -> None:
+    # shop.test/redirect -> 302 to tracker.test/click -> 302 to shop.test/landed, as an ad's or e-mail's link goes.
+    url = openweb.url("shop.test", "/redirect")
+    path = str(tmp_path / "redirect.traffic")
+    [(recorded, shot)] = await episode(pool, url, TrafficSpec(mode="record", path=path))
+    assert recorded.url == openweb.url("shop.test", "/landed")
+    statuses = [r.status for rs in Archive.read(path).entries.values() for r in rs]
+    assert sorted(statuses) == [200, 302, 302]
+    hits = openweb.hits.copy()
+    [(replayed, replayed_shot)] = await episode(pool, url, TrafficSpec(mode="replay", path=path))
+    assert (replayed.url, replayed_shot) == (recorded.url, shot) and openweb.hits == hits
+    assert replayed.traffic is not None and (replayed.traffic.served, replayed.traffic.misses) == (3, 0)
+
+
 async def test_a_missing_or_broken_archive_is_a_clear_error(pool: BrowserPool, openweb: OpenWeb,
                                                             tmp_path: Path) -> None:
     broken = tmp_path / "broken.traffic"
