@@ -31,7 +31,14 @@ test: setup frameworks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-verl test-areal
+
+# The veRL and AReaL adapters' tests, each in its framework's environment; `make test` runs the two at once (they
+# wait on imports and their stand-in servers more than they compute).
+.PHONY: test-verl test-areal
+test-verl:
 	.venv-verl/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_verl.py $(call junit,verl)
+test-areal:
 	.venv-areal/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_areal.py $(call junit,areal)
 
 setup: system $(STAMP)
