@@ -154,7 +154,7 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
         history: list[tuple[Path, list[EpisodeRecord]]] = []
         proc = Processing.load(model_dir)
         try:
-            if eval_tasks:
+            if eval_tasks and cfg.eval_start:
                 result.evaluations.append(await _evaluation(service, eval_tasks, greedy, cfg, "start", version, out))
             usage.start()
             pool.start()

@@ -68,6 +68,8 @@ class LoopConfig:
     eval_tasks: str = ""
     eval_samples: int = 1
     eval_temperature: float = 0.0
+    # Off: no evaluation before the first update (another run from the same checkpoint measured it already).
+    eval_start: bool = True
     judge_base_url: str | None = None
     judge_model: str = ""
     output_dir: str = "rl"  # on storage the policy servers see at the same path (checkpoints are pushed from it)

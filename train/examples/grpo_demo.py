@@ -23,8 +23,9 @@ split into disjoint sets: demonstrations, validation, RL training and a held-out
      no reward signal): it must not rise;
    - ``tau``: the ``1/|tau|`` normaliser (AsyncWebRL reports that ``1/k`` shortens episodes at equal success).
 
-   Each run's loop evaluates the held-out boards before its first update (S0) and after its last (S1), one
-   episode per board at the rollouts' temperature (1.0): the success of the policy as it acts.
+   The first run's loop evaluates the held-out boards before its first update (S0: the checkpoint every run
+   starts from, evaluated once) and each run's after its last (S1), one episode per board at the rollouts'
+   temperature (1.0): the success of the policy as it acts.
 4. The result (:meth:`DemoResult.to_dict`): S0, S1 and the gain of each run with its 95% interval (paired over the
    held-out boards), mean episode lengths, and every iteration's figures (success, episode length, importance
    weight, clip and dropped-token fractions, staleness, policy version).
@@ -121,10 +122,11 @@ class DemoConfig:
     @classmethod
     def quick(cls) -> DemoConfig:
         """The test suite's version: the red square always in the first cell (the pick is learnt at once, which is
-        most of the warm start's time), fewer boards, the GRPO run and its control. 96 held-out boards: the paired
-        gain's 95% interval is +-0.11 wide there (+-0.16 on 48, where a run that gained +0.17 had an interval
-        reaching below 0)."""
-        return cls(red_cell=0, demo_boards=64, validation_boards=24, train_boards=16, heldout_boards=96,
+        most of the warm start's time), fewer boards, the GRPO run and its control. 64 held-out boards: the paired
+        gain's 95% interval is about +-0.12 wide there (+-0.16 on 48, where a run that gained +0.17 had an interval
+        reaching below 0); the checkpoint both runs start from is evaluated once, so the three evaluations cost
+        what four on 48 boards did."""
+        return cls(red_cell=0, demo_boards=64, validation_boards=24, train_boards=16, heldout_boards=64,
                    bc_max_steps=100, bc_settle_steps=60, iterations=6, groups_per_iteration=6,
                    runs=("grpo", "control"),
                    # The settle phase unchecked: 60 steps of 16 (the red square's fixed cell makes the band's early
@@ -366,14 +368,15 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
 
 
 def loop_config(cfg: DemoConfig, name: str, work: Path, checkpoint: Path, train_tasks: Path, heldout: Path,
-                agent: dict[str, Any]) -> Path:
-    """The ``webgym-engine train`` config of run ``name`` (see :data:`RUNS`), written to ``work/NAME.toml``."""
+                agent: dict[str, Any], eval_start: bool = True) -> Path:
+    """The ``webgym-engine train`` config of run ``name`` (see :data:`RUNS`), written to ``work/NAME.toml``;
+    ``eval_start`` False: the run does not evaluate its checkpoint first (the first run did)."""
     loop = {"tasks": str(train_tasks), "iterations": cfg.iterations, "mode": "async", "staleness": cfg.staleness,
             "samples_per_task": cfg.group_size, "batch_groups": cfg.groups_per_iteration,
             "concurrency": cfg.concurrency, "workers": 1, "policy": "stand_in", "device": "cpu",
             "max_batch": cfg.concurrency, "temperature": 1.0, "top_p": 1.0, "max_tokens": 128,
             "step_caps": [cfg.step_cap] * 3, "eval_tasks": str(heldout), "eval_samples": 1,
-            "eval_temperature": 1.0, "output_dir": str(work / name)}
+            "eval_temperature": 1.0, "eval_start": eval_start, "output_dir": str(work / name)}
     trainer = {"model_dir": str(checkpoint), "algorithm": "grpo", "lr": cfg.lr, "warmup_steps": 0,
                "schedule": "constant", "epochs": 1, "batch_size": cfg.batch_size, "max_grad_norm": 1.0,
                "normaliser": "1/|tau|" if name == "tau" else "1/k", "k": 10.0, "is_cap": 5.0, "clip": 0.2,
@@ -387,11 +390,12 @@ def loop_config(cfg: DemoConfig, name: str, work: Path, checkpoint: Path, train_
     return path
 
 
-def summarise_run(name: str, config: Path, result: Any, wall_s: float) -> RunSummary:
-    """A :class:`RunSummary` of one loop's :class:`train.loop.LoopResult`."""
+def summarise_run(name: str, config: Path, result: Any, wall_s: float, start: Any = None) -> RunSummary:
+    """A :class:`RunSummary` of one loop's :class:`train.loop.LoopResult`; ``start``: the evaluation of its
+    checkpoint when another run made it."""
     from train.evaluation import paired_gain
 
-    start, end = result.evaluations
+    start, end = (start, *result.evaluations) if start is not None else result.evaluations
     keep = ("iteration", "version", "episodes", "success_rate", "mean_steps", "samples", "mean_is_weight",
             "clip_frac", "dropped_frac", "max_staleness", "mean_staleness", "versions_seen", "groups_trained",
             "excluded", "reruns", "wait_s", "train_s")
@@ -440,12 +444,16 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
         checkpoint, warm = warm_start(cfg, work, model_dir, demo_run, validation_run, agent)
         times["warm start"] = time.perf_counter() - t0
         runs: dict[str, RunSummary] = {}
+        # Every run starts from the same checkpoint: the first one's evaluation of it is every run's S0.
+        start = None
         for name in cfg.runs:
-            config = loop_config(cfg, name, work, checkpoint, files["train"], files["heldout"], agent)
+            config = loop_config(cfg, name, work, checkpoint, files["train"], files["heldout"], agent,
+                                 eval_start=start is None)
             t0 = time.perf_counter()
             result = asyncio.run(run_loop(LoopConfig.load(config)))
             times[f"run {name}"] = time.perf_counter() - t0
-            runs[name] = summarise_run(name, config, result, times[f"run {name}"])
+            runs[name] = summarise_run(name, config, result, times[f"run {name}"], start)
+            start = start or result.evaluations[0]
         return DemoResult(cfg, warm, runs, times)
     finally:
         torch.set_num_threads(threads)
