@@ -627,7 +627,7 @@ def test_time(store: Store) -> list[str]:
         return sum(int(p[key]) for p in phases.values())
 
     frameworks = [name for name in FRAMEWORK_PHASES if name in phases]  # a result stored before they ran has none
-    then = (f", then {seconds('then the veRL')} for the veRL and AReaL tests in their own environments"
+    then = (f", then {seconds('then the veRL')} for the veRL and AReaL tests in their own environments (at once)"
             if frameworks else "")
     return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "
             f"{seconds('make test')} on {where} of code {m.get('git_revision') or 'of an unknown revision'}, "
