@@ -174,5 +174,7 @@ async def test_hanging_page_ends_at_its_deadline(tmp_path: Path, sites: str) -> 
     [r] = read_records(run_dir)
     step = r["steps"][0]
     assert step["result"]["settle"] == "timeout" and not step["result"]["url"].endswith("/_test/hang")
-    assert 2000 <= step["timings_ms"]["action_ms"] + step["timings_ms"].get("settle_ms", 0) < 8000
+    # The settle's 2 s cap, within the clocks' rounding: the worker's timer starts a moment after the cap's (one run
+    # measured 1999.95 ms).
+    assert 1990 <= step["timings_ms"]["action_ms"] + step["timings_ms"].get("settle_ms", 0) < 8000
     assert r["status"] == "success"  # the episode went on after the timed-out step
