@@ -21,9 +21,8 @@ replay and in the recording itself. Timers still fire on the real clock.
 Not covered: service workers and out-of-process iframes have sessions of their own: their loads are neither
 recorded nor answered (in replay they go to the network, through the worker's proxy as always). The workers'
 headless shell keeps cross-site iframes in the tab's renderer, so they are covered; a browser that isolates sites
-(the full Chromium) does not;
-WebSockets and server-sent streams are not recorded; state a page changes on its server (a POST) is replayed as
-the response it got, not redone.
+(the full Chromium) does not. WebSockets and server-sent streams are not recorded; state a page changes on its
+server (a POST) is replayed as the response it got, not redone.
 """
 
 from __future__ import annotations
