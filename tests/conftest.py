@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
 import uvloop
@@ -28,6 +29,8 @@ from browserpool.config import CHROMIUM_FLAGS, DEFAULT_CHROMIUM, WorkerConfig
 from browserpool.pool import BrowserPool, BrowserSession, Frame, PoolConfig
 from browserpool.protocol import Observation
 from browserpool.worker import BrowserWorker
+from engine.core.builders import pool_config
+from engine.core.config import RunConfig
 from engine.sites.server import SiteServer
 from engine.tasks.schema import BUNDLED_TASKS
 from tests.openweb import OpenWeb
@@ -37,22 +40,22 @@ FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 _episode_ids = itertools.count(1)
 
 
-# The suite's stored timing (python -m bench.test_time): its slowest files, slowest first.
+# The suite's stored timing (python -m bench.test_time): every test file's time, slowest first.
 _TEST_TIME = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "test_time.json"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the files for ``make test``'s processes (``--dist loadfile --no-loadscope-reorder``): the slowest ones
-    of the stored timing first, the others by their number of tests, most first (pytest-xdist's own order). Each
-    file runs whole in one process, and by its own order xdist started the slowest (one test of minutes) last,
-    alone at the end: on the timings of a full run that ended at 805 s where this order ends at 695 s."""
+    """Order the files for ``make test``'s processes (``--dist loadfile --no-loadscope-reorder``, each file whole in
+    one process): the longest first, by the stored timing, so that no long file starts last and runs on alone while
+    the other process sits idle. A file the timing does not know yet (a new one) goes first, the most tests first:
+    started early, a long one cannot end the run alone, and a short one costs nothing there."""
     try:
-        slowest = [f["file"] for f in json.loads(_TEST_TIME.read_text())["slowest_files"]]
+        stored = {f["file"]: float(f["seconds"]) for f in json.loads(_TEST_TIME.read_text())["files"]}
     except (OSError, ValueError, KeyError, TypeError):
-        slowest = []
+        stored = {}
     counts = collections.Counter(item.location[0] for item in items)
-    rank = {name: i for i, name in enumerate(slowest)}
-    items.sort(key=lambda item: (rank.get(item.location[0], len(rank)), -counts[item.location[0]], item.location[0]))
+    items.sort(key=lambda item: (item.location[0] in stored, -stored.get(item.location[0], counts[item.location[0]]),
+                                 item.location[0]))
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
@@ -102,6 +105,14 @@ async def started_pool(cfg: PoolConfig) -> AsyncIterator[BrowserPool]:
         await pool.close()
 
 
+@pytest.fixture(scope="module")
+def openweb() -> Iterator[OpenWeb]:
+    """The local open web (tests/openweb.py), its pages answered at once; a module that wants them slow (episodes
+    that overlap in time) defines its own."""
+    with OpenWeb(delay_s=0.0) as web:
+        yield web
+
+
 @contextlib.asynccontextmanager
 async def openweb_pool(web: OpenWeb) -> AsyncIterator[BrowserPool]:
     """One browser worker whose pages reach the local open web (tests/openweb.py), HTTPS on its trusted port
@@ -137,11 +148,51 @@ async def inproc_pool(endpoint: str, cfg: WorkerConfig) -> AsyncIterator[tuple[B
             await task
 
 
+class SharedPools:
+    """Started browser pools, one per worker configuration (how many workers, and their :class:`WorkerConfig`),
+    each shared by the tests of a session that run with that configuration: a pool's start (a worker process, its
+    Chromium) is paid once, not per test. A test that kills, bans, patches or reconfigures its workers, or that
+    counts what its pool did (restarts, memory, contexts), starts its own."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, BrowserPool] = {}
+        self._lock = asyncio.Lock()
+
+    async def for_run(self, cfg: RunConfig) -> BrowserPool:
+        """The shared pool for a run of ``cfg`` (``run(cfg, ..., pool=...)``, ``EngineCore(cfg, pool=...)``): its
+        workers and worker settings; room for 32 rollouts at once."""
+        key = f"{cfg.workers}/{msgspec.json.encode(cfg.worker).decode()}"
+        async with self._lock:
+            if key not in self._pools:
+                pool_cfg = pool_config(dataclasses.replace(cfg, concurrency=32, listen=None, spawn_workers=True),
+                                       None)
+                _require_chromium(pool_cfg)
+                pool = BrowserPool(pool_cfg)
+                await pool.start()
+                self._pools[key] = pool
+            return self._pools[key]
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+        self._pools.clear()
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def pool() -> AsyncIterator[BrowserPool]:
-    """One browser worker with default settings, shared by the whole test session."""
-    async with started_pool(PoolConfig(workers=1)) as p:
-        yield p
+async def pools() -> AsyncIterator[SharedPools]:
+    """The session's :class:`SharedPools`."""
+    shared = SharedPools()
+    try:
+        yield shared
+    finally:
+        await shared.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def pool(pools: SharedPools) -> BrowserPool:
+    """One browser worker with default settings, shared by the whole test session (the pool of a run with the
+    default worker settings on one worker)."""
+    return await pools.for_run(RunConfig(workers=1))
 
 
 @contextlib.asynccontextmanager
@@ -256,12 +307,11 @@ def subset(tmp_path: Path, per_site: int = 2, max_len: int = 6) -> Path:
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def engine_run(tmp_path_factory: pytest.TempPathFactory, site_server: str) -> Path:
+async def engine_run(tmp_path_factory: pytest.TempPathFactory, site_server: str, pool: BrowserPool) -> Path:
     """One run written by the engine for the tests that read runs (records, the viewer): the :func:`subset`'s tasks
     (two per site) solved by the scripted policy (successes), then the same run resumed with the random policy for
     three more episodes (failures, scrolls, typing). Shared: copy it (``shutil.copytree``) before changing it."""
     from engine.clients.runner import run
-    from engine.core.config import RunConfig
     from policy.registry import make_policy
 
     tmp = tmp_path_factory.mktemp("engine-run")
@@ -269,7 +319,7 @@ async def engine_run(tmp_path_factory: pytest.TempPathFactory, site_server: str)
     n = len(tasks.read_text().splitlines())
     cfg: dict[str, Any] = dict(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=4, workers=1,
                                telemetry=None)
-    _, run_dir = await run(RunConfig(**cfg), make_policy("scripted"), site_server)
+    _, run_dir = await run(RunConfig(**cfg), make_policy("scripted"), site_server, pool=pool)
     await run(RunConfig(**cfg, run_dir=str(run_dir), episodes=n + 3, seed=5), make_policy("random", seed=5),
-              site_server)
+              site_server, pool=pool)
     return Path(run_dir)

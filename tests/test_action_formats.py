@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from browserpool.pool import BrowserPool
 from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame
 from engine.agent.formats import FORMATS, action_format
@@ -200,12 +201,13 @@ class FormatStandInModel(LanguageModel):
 
 @pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize("fmt", list(STAND_IN_REPLIES))
-async def test_a_run_of_a_stand_in_model_in_each_format(tmp_path: Path, sites: str, fmt: str) -> None:
+async def test_a_run_of_a_stand_in_model_in_each_format(
+        tmp_path: Path, sites: str, fmt: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
     agent = AgentConfig(action_format=fmt, coords="pixels", window=4)
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, telemetry=None)
-    _, run_dir = await run(cfg, AgentPolicy(FormatStandInModel(STAND_IN_REPLIES[fmt]), agent), sites)
+    _, run_dir = await run(cfg, AgentPolicy(FormatStandInModel(STAND_IN_REPLIES[fmt]), agent), sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == n and not [r for r in records if r["status"] == "error"]
     for r in records:
@@ -224,7 +226,7 @@ async def test_a_run_of_a_stand_in_model_in_each_format(tmp_path: Path, sites: s
 @pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize("fmt", ["uitars", "pyautogui"])
 async def test_the_tiny_hf_model_under_each_format_and_its_samples_rebuild(
-        tmp_path: Path, sites: str, fmt: str, tiny_model: Path) -> None:
+        tmp_path: Path, sites: str, fmt: str, tiny_model: Path, pool: BrowserPool) -> None:
     from train.samples import Processing, build_samples
 
     tasks = load_tasks(subset(tmp_path, per_site=1), sites, step_caps=StepCaps(train=(2, 2, 2)))[:2]
@@ -232,7 +234,7 @@ async def test_the_tiny_hf_model_under_each_format_and_its_samples_rebuild(
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
     policy = make_policy("hf", agent=agent, sampling=SamplingParams(max_tokens=8, seed=0),
                          backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
-    async with RolloutService(cfg, base_url=sites) as service:
+    async with RolloutService(cfg, base_url=sites, pool=pool) as service:
         records = await service.gather(service.submit(tasks, policy))
         assert service.run_dir is not None
         run_dir = service.run_dir

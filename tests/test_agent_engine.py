@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from browserpool.pool import BrowserPool
 from engine._imgcodec import decode
 from engine.agent.model_api import image_refs
 from engine.agent.prompts import AgentConfig
@@ -43,12 +44,12 @@ def check_records(run_dir: Path, n: int, som: bool) -> list[dict]:
     return records
 
 
-async def test_simulated_policy_in_coordinate_mode(tmp_path: Path, sites: str) -> None:
+async def test_simulated_policy_in_coordinate_mode(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=2)
     n = len(tasks.read_text().splitlines())
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1,
                     )
-    stats, run_dir = await run(cfg, make_policy("simulated", backend=BackendConfig(sim_speed=50)), sites)
+    stats, run_dir = await run(cfg, make_policy("simulated", backend=BackendConfig(sim_speed=50)), sites, pool=pool)
     records = check_records(run_dir, n, som=False)
     assert stats.summary()["lost"] == 0
     frames = [s["parsed"]["frames"] for r in records for s in r["steps"] if s["parsed"]["frames"]]
@@ -64,13 +65,14 @@ async def test_simulated_policy_in_coordinate_mode(tmp_path: Path, sites: str) -
     assert manifest["config"]["policy_info"]["agent"]["interaction"] == "coordinates"
 
 
-async def test_simulated_policy_in_som_mode(tmp_path: Path, sites: str) -> None:
+async def test_simulated_policy_in_som_mode(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
     agent = AgentConfig(interaction="som")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1,
                     )
-    _, run_dir = await run(cfg, make_policy("simulated", agent=agent, backend=BackendConfig(sim_speed=50)), sites)
+    _, run_dir = await run(cfg, make_policy("simulated", agent=agent, backend=BackendConfig(sim_speed=50)), sites,
+                           pool=pool)
     records = check_records(run_dir, n, som=True)
     by_element = [s for r in records for s in r["steps"] if s["action"].get("element_id") is not None]
     assert by_element, "the simulated model picks element ids in SoM mode"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from browserpool.pool import BrowserPool
 from engine.agent.actions import AgentAction
 from engine.agent.policy_api import Policy, PolicyReply, PolicyRequest
 from engine.clients.runner import run
@@ -23,9 +24,9 @@ from tui.model import MonitorModel
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-async def test_submissions_stream_back_as_they_finish(tmp_path: Path) -> None:
+async def test_submissions_stream_back_as_they_finish(tmp_path: Path, site_server: str, pool: BrowserPool) -> None:
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, telemetry=None)
-    async with RolloutService(cfg, serve_sites=True) as service:
+    async with RolloutService(cfg, base_url=site_server, pool=pool) as service:
         assert service.base_url is not None
         tasks = load_tasks(subset(tmp_path, per_site=1), service.base_url)
         first = service.submit(tasks[:2], make_policy("scripted"), samples=2, policy_version=1)
@@ -55,9 +56,10 @@ class BrokenPolicy(Policy):
         raise RuntimeError("weights not found")
 
 
-async def test_a_policy_that_cannot_start_ends_its_episodes_with_errors(tmp_path: Path) -> None:
+async def test_a_policy_that_cannot_start_ends_its_episodes_with_errors(tmp_path: Path, site_server: str,
+                                                                        pool: BrowserPool) -> None:
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, telemetry=None)
-    async with RolloutService(cfg, serve_sites=True) as service:
+    async with RolloutService(cfg, base_url=site_server, pool=pool) as service:
         assert service.base_url is not None
         tasks = load_tasks(subset(tmp_path, per_site=1), service.base_url)
         ids = service.submit(tasks, BrokenPolicy())
@@ -74,10 +76,10 @@ class MistypedReplyPolicy(Policy):
 
 
 async def test_a_policy_reply_of_the_wrong_types_is_a_policy_error_and_the_run_stays_readable(
-        tmp_path: Path) -> None:
+        tmp_path: Path, site_server: str, pool: BrowserPool) -> None:
     # Recorded as it was, the reply made the record one its reader refuses: the whole run directory unreadable.
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
-    async with RolloutService(cfg, serve_sites=True) as service:
+    async with RolloutService(cfg, base_url=site_server, pool=pool) as service:
         assert service.base_url is not None
         tasks = load_tasks(subset(tmp_path, per_site=1), service.base_url)[:2]
         ids = service.submit(tasks, MistypedReplyPolicy())
@@ -88,7 +90,7 @@ async def test_a_policy_reply_of_the_wrong_types_is_a_policy_error_and_the_run_s
     assert run_dir is not None and len(read_records(run_dir)) == 2
 
 
-async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server: str) -> None:
+async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server: str, pool: BrowserPool) -> None:
     """Telemetry (a monitor attached to a service sees its cells), sync mode, the workers' memory figures and the
     same stats as `run`: both are clients of one engine core."""
     tasks_file = subset(tmp_path, per_site=1)
@@ -115,7 +117,7 @@ async def test_the_service_has_every_feature_of_run(tmp_path: Path, site_server:
     assert min(first_start[e] for e in ids[2:]) > max(first_end[e] for e in ids[:2]), transitions
     assert {r["mode"] for r in records} == {"sync"}
     run_stats, _ = await run(dataclasses.replace(cfg, telemetry=None, episodes=4), make_policy("scripted"),
-                             site_server)
+                             site_server, pool=pool)
     assert set(run_stats.summary()) == set(service_summary)
     assert run_stats.summary()["peak_browser_pss_mib"] > 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +157,6 @@ async def test_a_hybrid_episodes_marks_carry_the_trees_ids(pool: BrowserPool,
     assert hybrid.read("click('9999')", view).action == AgentAction("left_click", node=9999)  # a mark, not in the tree
 
 
-@pytest.fixture(scope="module")
-def openweb() -> Iterator[OpenWeb]:
-    with OpenWeb(delay_s=0.0) as web:
-        yield web
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def web_pool(openweb: OpenWeb) -> AsyncIterator[BrowserPool]:
     """A worker with the default browser (the headless shell) that reaches the local open web's named hosts."""
@@ -291,7 +285,8 @@ def test_a_text_only_prompt_has_no_image_and_a_hybrid_one_has_both() -> None:
 # --- a run of the bundled tasks from the tree alone ---------------------------------------------------------------
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_a_stand_in_reading_only_the_tree_solves_the_bundled_tasks(tmp_path: Path, sites: str) -> None:
+async def test_a_stand_in_reading_only_the_tree_solves_the_bundled_tasks(
+        tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks_file = subset(tmp_path, per_site=3, max_len=12)
     tasks = load_tasks(tasks_file, sites)
     agent = AgentConfig(observe=("axtree",), action_format="browsergym")
@@ -300,7 +295,7 @@ async def test_a_stand_in_reading_only_the_tree_solves_the_bundled_tasks(tmp_pat
     # Each typed text a text agent submits is one more step (fill, then press Enter): caps with room for it.
     cfg = RunConfig(tasks=str(tasks_file), output_dir=str(tmp_path / "runs"), concurrency=6, workers=1,
                     telemetry=None, step_caps=(20, 30, 40))
-    _, run_dir = await run(cfg, policy, sites)
+    _, run_dir = await run(cfg, policy, sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == len(tasks) >= 12
     assert [r["task"]["task_id"] for r in records if r["status"] != "success"] == []
@@ -321,7 +316,7 @@ async def test_a_stand_in_reading_only_the_tree_solves_the_bundled_tasks(tmp_pat
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_tiny_text_only_model_runs_on_the_tree_and_its_sequences_rebuild_exactly(
-        tmp_path: Path, sites: str) -> None:
+        tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     pytest.importorskip("torch")
     from engine.agent.model_api import SamplingParams
     from engine.clients.service import RolloutService
@@ -337,7 +332,7 @@ async def test_a_tiny_text_only_model_runs_on_the_tree_and_its_sequences_rebuild
     policy = make_policy("hf", agent=agent, sampling=SamplingParams(max_tokens=8, seed=0),
                          backend=BackendConfig(model=str(model_dir), device="cpu", max_batch=2))
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
-    async with RolloutService(cfg, base_url=sites) as service:
+    async with RolloutService(cfg, base_url=sites, pool=pool) as service:
         records = await service.gather(service.submit(tasks, policy))
         assert service.run_dir is not None
         run_dir = service.run_dir

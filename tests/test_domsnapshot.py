@@ -143,14 +143,15 @@ def test_the_trees_lines_carry_the_snapshots_marks() -> None:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_a_run_records_each_steps_snapshot_and_the_viewer_shows_it(tmp_path: Path, sites: str) -> None:
+async def test_a_run_records_each_steps_snapshot_and_the_viewer_shows_it(
+        tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks_file = subset(tmp_path, per_site=1, max_len=6)
     tasks = load_tasks(tasks_file, sites)
     policy = AgentPolicy(TreeScriptedModel(tasks), AgentConfig(observe=("axtree", "dom"), action_format="browsergym"))
     assert policy.dom and policy.axtree
     cfg = RunConfig(tasks=str(tasks_file), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1,
                     telemetry=None, step_caps=(20, 30, 40))
-    _, run_dir = await run(cfg, policy, sites)
+    _, run_dir = await run(cfg, policy, sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == len(tasks) and all(r["status"] == "success" for r in records)
     steps = [s for r in records for s in r["steps"]]

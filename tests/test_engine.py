@@ -1,4 +1,5 @@
-"""The engine end to end on the bundled sites: real site server, real workers, real Chromium."""
+"""The engine end to end on the bundled sites: real site server, real workers, real Chromium. The runs of the
+default worker settings share the session's browser pool (``pool``); one with settings of its own starts its own."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from browserpool.config import WorkerConfig
+from browserpool.pool import BrowserPool
 from engine._imgcodec import jpeg_size
 from engine.clients.runner import run
 from engine.core.config import RunConfig
@@ -33,10 +35,10 @@ def config(tmp_path: Path, tasks: Path, **kw: object) -> RunConfig:
     return RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), **kw)  # type: ignore[arg-type]
 
 
-async def test_scripted_run_solves_tasks_and_records_everything(tmp_path: Path, sites: str) -> None:
+async def test_scripted_run_solves_tasks_and_records_everything(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path)
     n = len(tasks.read_text().splitlines())
-    stats, run_dir = await run(config(tmp_path, tasks), make_policy("scripted"), sites)
+    stats, run_dir = await run(config(tmp_path, tasks), make_policy("scripted"), sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == n and stats.summary()["lost"] == 0
     assert {r["status"] for r in records} == {"success"}, [r["reward"] for r in records if r["status"] != "success"]
@@ -56,10 +58,10 @@ async def test_scripted_run_solves_tasks_and_records_everything(tmp_path: Path, 
         assert (run_dir / r["final"]["screenshot"]).exists()
 
 
-async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str) -> None:
+async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
-    _, run_dir = await run(config(tmp_path, tasks, mode="sync"), make_policy("scripted"), sites)
+    _, run_dir = await run(config(tmp_path, tasks, mode="sync"), make_policy("scripted"), sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == n and all(r["mode"] == "sync" for r in records)
     assert sum(r["status"] == "success" for r in records) == n
@@ -67,27 +69,29 @@ async def test_sync_mode_records_every_episode(tmp_path: Path, sites: str) -> No
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
 async def test_an_async_run_starts_the_longest_episodes_first_the_lock_step_baseline_the_files_order(
-        tmp_path: Path, sites: str, mode: str) -> None:
+        tmp_path: Path, sites: str, mode: str, pool: BrowserPool) -> None:
     # One rollout at a time: the records come in the order the episodes started.
     tasks = subset(tmp_path, per_site=1)
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     for row, difficulty in zip(rows, (1, 8, 5, 9), strict=True):  # step caps 10, 30, 20, 30 (train)
         row["difficulty"] = difficulty
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _, run_dir = await run(config(tmp_path, tasks, concurrency=1, mode=mode), make_policy("scripted"), sites)
+    _, run_dir = await run(config(tmp_path, tasks, concurrency=1, mode=mode), make_policy("scripted"), sites,
+                         pool=pool)
     started = [r["task"]["task_id"] for r in read_records(run_dir)]
     ids = [r["task_id"] for r in rows]
     assert started == ([ids[1], ids[3], ids[2], ids[0]] if mode == "async" else ids)
-    _, run_dir = await run(config(tmp_path, tasks, concurrency=1, order="file"), make_policy("scripted"), sites)
+    _, run_dir = await run(config(tmp_path, tasks, concurrency=1, order="file"), make_policy("scripted"), sites,
+                         pool=pool)
     assert [r["task"]["task_id"] for r in read_records(run_dir)] == ids
 
 
-async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_recorded(tmp_path: Path,
-                                                                                       sites: str) -> None:
+async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_recorded(tmp_path: Path, sites: str,
+                                                                                       pool: BrowserPool) -> None:
     # A long plan must not grow the engine: each rollout is made when a place frees up and let go with its record.
     tasks = subset(tmp_path, per_site=1)
     # More runners than places: only the feeder can keep the episodes in flight down to 3.
-    core = EngineCore(config(tmp_path, tasks, concurrency=8, step_caps=(1, 1, 1)), base_url=sites)
+    core = EngineCore(config(tmp_path, tasks, concurrency=8, step_caps=(1, 1, 1)), base_url=sites, pool=pool)
     entered: set[str] = set()
     most_alive = 0
     gone: list[weakref.ref[Rollout]] = []
@@ -120,10 +124,10 @@ async def test_a_plan_is_fed_a_few_rollouts_at_a_time_and_none_is_kept_once_reco
     assert len(gone) == len(plan) and not [ref for ref in gone if ref() is not None]
 
 
-async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, sites: str) -> None:
+async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=3, max_len=30)
     stats, run_dir = await run(config(tmp_path, tasks, concurrency=8, episodes=16, seed=3, step_caps=(6, 6, 6)),
-                               make_policy("random", seed=3), sites)
+                               make_policy("random", seed=3), sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == 16 and len({r["episode_id"] for r in records}) == 16
     assert not [r["error"] for r in records if r["status"] == "error"]
@@ -131,22 +135,23 @@ async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, si
     assert all(1 <= len(r["steps"]) <= 6 for r in records)  # the run's step caps
 
 
-async def test_resume_skips_episodes_that_have_a_record(tmp_path: Path, sites: str) -> None:
+async def test_resume_skips_episodes_that_have_a_record(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
-    _, run_dir = await run(config(tmp_path, tasks, episodes=2), make_policy("scripted"), sites)
+    _, run_dir = await run(config(tmp_path, tasks, episodes=2), make_policy("scripted"), sites, pool=pool)
     first = read_records(run_dir)
     assert len(first) == 2
     with open(run_dir / "episodes.jsonl", "ab") as f:
         f.write(b'{"episode_id": "torn')  # as if the process had been killed mid-write
-    stats, _ = await run(config(tmp_path, tasks, run_dir=str(run_dir)), make_policy("scripted"), sites)
+    stats, _ = await run(config(tmp_path, tasks, run_dir=str(run_dir)), make_policy("scripted"), sites, pool=pool)
     records = read_records(run_dir)
     assert stats.total == n - 2
     assert sorted(r["episode_id"] for r in records) == sorted({r["episode_id"] for r in records})
     assert len(records) == n and records[:2] == first
 
 
-async def test_refused_navigation_is_recorded_and_the_episode_continues(tmp_path: Path, sites: str) -> None:
+async def test_refused_navigation_is_recorded_and_the_episode_continues(tmp_path: Path, sites: str,
+                                                                        pool: BrowserPool) -> None:
     rec = {"task_id": "escape", "task_name": "read a local file", "website": "{SITES}/wiki/", "difficulty": 1,
            "evaluator_reference": [{"id": 1, "description": "d", "facts": ["on the wiki"],
                                     "checks": [{"kind": "url", "contains": "/wiki/"}]}],
@@ -155,7 +160,7 @@ async def test_refused_navigation_is_recorded_and_the_episode_continues(tmp_path
                                   {"action": "answer", "text": "no"}]}
     tasks = tmp_path / "escape.jsonl"
     tasks.write_text(json.dumps(rec) + "\n")
-    _, run_dir = await run(config(tmp_path, tasks, concurrency=1), make_policy("scripted"), sites)
+    _, run_dir = await run(config(tmp_path, tasks, concurrency=1), make_policy("scripted"), sites, pool=pool)
     [r] = read_records(run_dir)
     assert r["status"] == "success" and r["final"]["url"].startswith(sites)
     assert [s.get("error", "")[:7] for s in r["steps"][:2]] == ["refused", "refused"]

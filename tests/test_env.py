@@ -18,6 +18,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
+from browserpool.pool import BrowserPool
 from engine.agent.prompts import AgentConfig
 from engine.clients.env import AsyncWebEnv, EpisodeError
 from engine.clients.gym_env import CoreThread, WebEnv
@@ -28,12 +29,13 @@ from engine.tasks.loading import load_tasks
 from engine.tasks.schema import Task
 from policy.registry import BackendConfig, make_policy
 from policy.scripted import ScriptedPolicy
-from tests.conftest import SmallDisk, subset
+from tests.conftest import SharedPools, SmallDisk, subset
 from train.export import export_sharegpt
 from viewer.report import build_report
 
 
-async def test_64_envs_with_scripted_solutions_solve_every_task(tmp_path: Path, site_server: str) -> None:
+async def test_64_envs_with_scripted_solutions_solve_every_task(tmp_path: Path, site_server: str,
+                                                                pools: SharedPools) -> None:
     tasks = load_tasks(subset(tmp_path, per_site=16, max_len=3), site_server)
     assert len(tasks) >= 40
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=64, workers=2, telemetry=None)
@@ -51,7 +53,7 @@ async def test_64_envs_with_scripted_solutions_solve_every_task(tmp_path: Path, 
                 await oracle.end_episode(info["episode_id"])
                 return {"reward": reward, "terminated": terminated, "status": info["status"]}
 
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=await pools.for_run(cfg)) as core:
         envs = [AsyncWebEnv(core, oracle=True) for _ in range(64)]
         results = await asyncio.wait_for(asyncio.gather(*(solve(e, i) for i, e in enumerate(envs))), 400)
         assert core.stats.summary()["episodes"] == 64
@@ -61,10 +63,11 @@ async def test_64_envs_with_scripted_solutions_solve_every_task(tmp_path: Path, 
     assert all(r["policy"] == "env" and r["steps"] for r in records)
 
 
-async def test_reply_text_with_a_broken_tool_call_is_a_recorded_wait(tmp_path: Path, site_server: str) -> None:
+async def test_reply_text_with_a_broken_tool_call_is_a_recorded_wait(tmp_path: Path, site_server: str,
+                                                                     pool: BrowserPool) -> None:
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=pool) as core:
         env = AsyncWebEnv(core, tasks, decode=True)
         obs, info = await env.reset(seed=3)
         assert obs["image"].shape == (obs["height"], obs["width"], 3)
@@ -92,12 +95,13 @@ async def test_reply_text_with_a_broken_tool_call_is_a_recorded_wait(tmp_path: P
 
 
 @contextlib.asynccontextmanager
-async def one_env(tmp_path: Path, site_server: str, concurrency: int = 1
+async def one_env(tmp_path: Path, site_server: str, concurrency: int = 1, pool: BrowserPool | None = None
                   ) -> AsyncIterator[tuple[EngineCore, AsyncWebEnv, list[Task]]]:
-    """A core with one browser worker and an env on it, reset to the first of one task per site."""
+    """A core with one browser worker (``pool``'s, or one of its own) and an env on it, reset to the first of one
+    task per site."""
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=concurrency, workers=1, telemetry=None)
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=pool) as core:
         env = AsyncWebEnv(core, tasks)
         await env.reset(tasks[0])
         yield core, env, tasks
@@ -119,9 +123,10 @@ async def test_a_killed_worker_is_an_error_the_trainer_can_handle(tmp_path: Path
     assert len({r["episode_id"] for r in records}) == 2
 
 
-async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_path: Path, site_server: str) -> None:
+async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_path: Path, site_server: str,
+                                                                          pool: BrowserPool) -> None:
     # Sent on, a NaN coordinate or a number for a text failed the episode in the worker (browser_internal).
-    async with one_env(tmp_path, site_server) as (core, env, _tasks):
+    async with one_env(tmp_path, site_server, pool=pool) as (core, env, _tasks):
         for bad, error in (({"name": "left_click", "x": float("nan"), "y": 1}, ValueError),
                            ({"name": "left_click", "x": "10", "y": 1}, ValueError),
                            ({"name": "type", "text": 5}, TypeError), ({"name": "keypress", "keys": ["a"]}, TypeError),
@@ -134,9 +139,10 @@ async def test_a_malformed_action_dict_is_refused_and_the_episode_goes_on(tmp_pa
     assert [s["action"]["name"] for s in record["steps"]] == ["answer"]
 
 
-async def test_a_second_step_at_once_is_refused_with_what_is_wrong(tmp_path: Path, site_server: str) -> None:
+async def test_a_second_step_at_once_is_refused_with_what_is_wrong(tmp_path: Path, site_server: str,
+                                                                    pool: BrowserPool) -> None:
     # Before, it was told "reset() the environment first (the last episode has ended)", of an episode still running.
-    async with one_env(tmp_path, site_server) as (core, env, _tasks):
+    async with one_env(tmp_path, site_server, pool=pool) as (core, env, _tasks):
         first = asyncio.ensure_future(env.step({"name": "scroll", "direction": "down"}))
         await asyncio.sleep(0)  # the first step is waiting for its observation
         with pytest.raises(RuntimeError, match="another step\\(\\) of this environment is still waiting"):
@@ -150,10 +156,10 @@ async def test_a_second_step_at_once_is_refused_with_what_is_wrong(tmp_path: Pat
 
 
 async def test_token_ids_as_arrays_are_recorded_as_numbers_and_malformed_ones_are_refused(
-        tmp_path: Path, site_server: str) -> None:
+        tmp_path: Path, site_server: str, pool: BrowserPool) -> None:
     # A numpy array or integer was written into the record as its text ("[1 2 3]"), which the record's reader
     # refuses: the whole run directory could no longer be read (training, the viewer, --resume).
-    async with one_env(tmp_path, site_server) as (core, env, _tasks):
+    async with one_env(tmp_path, site_server, pool=pool) as (core, env, _tasks):
         await env.step({"name": "wait"}, token_ids=np.array([5, 6, 7]), logprobs=torch.tensor([-0.5, -0.25, -2.0]),
                        policy_version=np.int64(3))
         for bad, error in ((dict(token_ids="567"), TypeError), (dict(token_ids=[1.5]), TypeError),
@@ -169,9 +175,10 @@ async def test_token_ids_as_arrays_are_recorded_as_numbers_and_malformed_ones_ar
         ([5, 6, 7], [-0.5, -0.25, -2.0], 3), ([8], [float("-inf")], 0)]
 
 
-async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, site_server: str) -> None:
+async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, site_server: str,
+                                                               pool: BrowserPool) -> None:
     # The episode goes on without the caller: its next step would act on a page the caller never saw.
-    async with one_env(tmp_path, site_server) as (core, env, tasks):
+    async with one_env(tmp_path, site_server, pool=pool) as (core, env, tasks):
         step = asyncio.ensure_future(env.step({"name": "wait", "seconds": 0.5}))
         await asyncio.sleep(0.05)
         step.cancel()
@@ -189,13 +196,13 @@ async def test_a_cancelled_step_stops_the_episode_until_reset(tmp_path: Path, si
 
 
 async def test_a_full_disk_is_a_store_error_from_step_and_reset(tmp_path: Path, site_server: str,
-                                                                 small_disk: SmallDisk) -> None:
+                                                                 small_disk: SmallDisk, pool: BrowserPool) -> None:
     # Before, the first episode whose screenshots could not be written ended as a "store" error record (one that
     # --resume skips), and one whose record could not be written came back from step() as finished, its record only
     # in memory; the env went on running episodes that could not be recorded.
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
     cfg = RunConfig(output_dir=str(small_disk.path / "runs"), concurrency=1, workers=1, telemetry=None)
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=pool) as core:
         env = AsyncWebEnv(core, tasks)
         finished: list[str] = []
         with pytest.raises(StoreFailed, match="No space left on device"):
@@ -208,11 +215,11 @@ async def test_a_full_disk_is_a_store_error_from_step_and_reset(tmp_path: Path, 
     assert finished and [r["episode_id"] for r in read_records(core.run_dir)] == finished  # type: ignore[arg-type]
 
 
-async def test_env_runs_open_in_the_viewer_and_export(tmp_path: Path, site_server: str) -> None:
+async def test_env_runs_open_in_the_viewer_and_export(tmp_path: Path, site_server: str, pool: BrowserPool) -> None:
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1)
     oracle = ScriptedPolicy()
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=pool) as core:
         for task in tasks[:3]:
             env = AsyncWebEnv(core, oracle=True)
             await env.reset(task)
@@ -248,7 +255,7 @@ def test_web_env_passes_gymnasiums_checker(tmp_path: Path) -> None:
         env.close()
 
 
-async def test_the_env_gives_the_model_what_run_would(tmp_path: Path, site_server: str) -> None:
+async def test_the_env_gives_the_model_what_run_would(tmp_path: Path, site_server: str, pool: BrowserPool) -> None:
     """env.messages() is the chat the agent policy of `run` builds for the same step, and reply text is read into
     the same action as `run` reads it (a simulated model's replies; window 1, so summaries appear)."""
     tasks = load_tasks(subset(tmp_path, per_site=1), site_server)
@@ -257,7 +264,7 @@ async def test_the_env_gives_the_model_what_run_would(tmp_path: Path, site_serve
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
     await policy.start()
     try:
-        async with EngineCore(cfg) as core:
+        async with EngineCore(cfg, pool=pool) as core:
             env = AsyncWebEnv(core, tasks, agent=agent)
             await env.reset(tasks[0])
             for _ in range(4):

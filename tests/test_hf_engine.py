@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from browserpool.pool import BrowserPool
 from engine.agent.model_api import SamplingParams  # noqa: E402
 from engine.clients.runner import run  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
@@ -45,7 +46,8 @@ def check_model_records(run_dir: Path, n: int) -> list[dict]:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_tiny_hf_model_in_coordinate_mode(tmp_path: Path, sites: str, tiny_qwen3: Path) -> None:
+async def test_tiny_hf_model_in_coordinate_mode(
+        tmp_path: Path, sites: str, tiny_qwen3: Path, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = 2  # two of the sites' tasks, at once: enough for shared generate calls; a random model wanders to its cap (4)
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=4, workers=1, episodes=n,
@@ -58,7 +60,7 @@ async def test_tiny_hf_model_in_coordinate_mode(tmp_path: Path, sites: str, tiny
     # was seen to miss every time. A batch goes as soon as it holds max_batch (= n) requests, so a long wait costs
     # nothing while both rollouts run and makes the batching this test is about certain.
     model.batch_wait_ms = 10_000.0
-    stats, run_dir = await run(cfg, policy, sites)
+    stats, run_dir = await run(cfg, policy, sites, pool=pool)
     check_model_records(run_dir, n)
     assert stats.summary()["lost"] == 0
     assert model.requests_batched == stats.steps and max(model.batch_sizes) > 1  # rollouts shared generate calls

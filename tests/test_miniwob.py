@@ -6,14 +6,16 @@ The random policy over *all* 130 tasks is ``python -m bench.miniwob_random``; he
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from browserpool.pool import BrowserOpError, BrowserPool
 from browserpool.protocol import ERR_REFUSED, BrowserAction
 from engine.clients.runner import run
+from engine.core.builders import pool_config
 from engine.core.config import RunConfig
 from engine.sites.server import SiteServer
 from engine.store.run_dir import read_records
@@ -30,6 +32,7 @@ from engine.tasks.miniwob import (
 from engine.tasks.schema import PAGE_FIELDS, PageHooks
 from policy.miniwob_scripted import SOLVED_TASKS
 from policy.registry import make_policy
+from tests.conftest import started_pool
 
 on_session_loop = pytest.mark.asyncio(loop_scope="session")
 
@@ -48,6 +51,14 @@ RANDOM_SUBSET = (
 def miniwob_sites() -> Iterator[str]:
     with SiteServer(mounts=miniwob_mount()) as server:
         yield server.base_url
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def pool(miniwob_sites: str) -> AsyncIterator[BrowserPool]:
+    """One worker for this module's runs, started after the MiniWoB++ site server: its pages are the engine's own
+    sites, exempt from the network policy."""
+    async with started_pool(pool_config(config(Path(), Path()), None)) as p:
+        yield p
 
 
 def config(tmp_path: Path, tasks: Path, **kw: object) -> RunConfig:
@@ -107,12 +118,12 @@ async def test_setup_script_and_probe_on_a_plain_page(pool: BrowserPool, fixture
 
 
 @on_session_loop
-async def test_scripted_solutions_reach_reward_1(tmp_path: Path, miniwob_sites: str) -> None:
+async def test_scripted_solutions_reach_reward_1(tmp_path: Path, miniwob_sites: str, pool: BrowserPool) -> None:
     spec = "miniwob:" + ",".join(SOLVED_TASKS)
     samples = 3  # three episodes per task, each with its own seed (the episode id)
     tasks = write_miniwob_tasks(tmp_path / "solved.jsonl", spec)
     stats, run_dir = await run(config(tmp_path, tasks, episodes=samples * len(SOLVED_TASKS)),
-                               make_policy("miniwob-scripted"), miniwob_sites)
+                               make_policy("miniwob-scripted"), miniwob_sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == samples * len(SOLVED_TASKS) >= 30 and stats.summary()["lost"] == 0
     failed = {r["episode_id"]: (r["reward"] or r["error"]) for r in records if r["status"] != "success"}
@@ -134,22 +145,23 @@ async def test_scripted_solutions_reach_reward_1(tmp_path: Path, miniwob_sites: 
 
 
 @on_session_loop
-async def test_episodes_are_reproducible_from_their_seed(tmp_path: Path, miniwob_sites: str) -> None:
+async def test_episodes_are_reproducible_from_their_seed(tmp_path: Path, miniwob_sites: str, pool: BrowserPool) -> None:
     tasks = write_miniwob_tasks(tmp_path / "t.jsonl", "miniwob:click-checkboxes,login-user,choose-list")
     texts = []
     for i in range(2):
         _, run_dir = await run(config(tmp_path / str(i), tasks, episodes=6), make_policy("miniwob-scripted"),
-                               miniwob_sites)
+                               miniwob_sites, pool=pool)
         texts.append({r["episode_id"]: r["task"]["task_name"] for r in read_records(run_dir)})
     assert texts[0] == texts[1] and len(set(texts[0].values())) >= 4
 
 
 @on_session_loop
-async def test_random_policy_ends_every_episode_with_a_record(tmp_path: Path, miniwob_sites: str) -> None:
+async def test_random_policy_ends_every_episode_with_a_record(
+        tmp_path: Path, miniwob_sites: str, pool: BrowserPool) -> None:
     tasks = write_miniwob_tasks(tmp_path / "random.jsonl", "miniwob:" + ",".join(RANDOM_SUBSET))
     # Four steps each: enough for the pages to end some episodes, and every kind of ending to show up.
     stats, run_dir = await run(config(tmp_path, tasks, concurrency=12, seed=5, step_caps=(4, 4, 4)),
-                               make_policy("random", seed=5), miniwob_sites)
+                               make_policy("random", seed=5), miniwob_sites, pool=pool)
     records = read_records(run_dir)
     assert len(records) == len(RANDOM_SUBSET) and stats.summary()["lost"] == 0
     assert not {r["episode_id"]: r["error"] for r in records if r["status"] == "error"}

@@ -14,6 +14,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from browserpool.pool import BrowserPool
 from engine.clients.runner import run
 from engine.core.config import RunConfig
 from engine.episode.status import EpisodeStatus, Op, State
@@ -409,7 +410,7 @@ def test_snapshot_end_of_run(snap_compare: Any, feed: list[TelemetryMessage]) ->
 
 # --- a real engine, watched over its real socket -------------------------------------------------------------
 @pytest.mark.timeout(90)
-async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: str) -> None:
+async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=2)
     n = len(tasks.read_text().splitlines())
     out = tmp_path / "runs"
@@ -431,7 +432,7 @@ async def test_real_engine_cells_change_over_the_socket(tmp_path: Path, sites: s
     assert await until(lambda: bool(statuses))
     assert statuses[0].startswith("waiting for an engine")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(out), concurrency=4, workers=1)
-    stats, run_dir = await run(cfg, make_policy("scripted"), sites)
+    stats, run_dir = await run(cfg, make_policy("scripted"), sites, pool=pool)
     assert await until(lambda: model.ended), "the monitor never saw the run's end"
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)

@@ -35,7 +35,7 @@ from engine.web.blocklist import Blocklist, block_reason, retry_after_s
 from engine.web.domains import DomainPacer, DomainQueue, domain_of, is_local
 from policy.registry import make_judge
 from tests.chat_test_server import ChatTestServer
-from tests.conftest import SmallDisk
+from tests.conftest import SharedPools, SmallDisk
 from tests.openweb import OpenWeb, UpstreamTestProxy
 
 
@@ -79,11 +79,12 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_no_site_gets_more_episodes_at_once_than_its_limit(tmp_path: Path, openweb: OpenWeb) -> None:
+async def test_no_site_gets_more_episodes_at_once_than_its_limit(tmp_path: Path, openweb: OpenWeb,
+                                                                  pools: SharedPools) -> None:
     hosts = ("shop.test", "news.test", "wiki.test", "travel.test")
     tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url(hosts[i % 4], f"/p{i}")) for i in range(64)])
-    stats, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=32, domain_limit=8), AnswerPolicy(),
-                               None)
+    cfg = config(tmp_path, tasks, openweb, concurrency=32, domain_limit=8)
+    stats, run_dir = await run(cfg, AnswerPolicy(), None, pool=await pools.for_run(cfg))
     records = read_records(run_dir)
     assert len(records) == 64 and not [r for r in records if r["status"] == "error"]
     by_host: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -98,12 +99,13 @@ async def test_no_site_gets_more_episodes_at_once_than_its_limit(tmp_path: Path,
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_block_pages_put_their_site_on_the_blocklist_and_its_tasks_are_skipped(
-        tmp_path: Path, openweb: OpenWeb) -> None:
+        tmp_path: Path, openweb: OpenWeb, pools: SharedPools) -> None:
     plan = ["blocked.test"] * 3 + ["limited.test"] * 2 + ["challenge.test"] * 2 + ["shop.test"] * 2
     tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url(h, f"/p{i}")) for i, h in enumerate(plan)])
     hits_before = openweb.hits.copy()
     # One episode per site at a time: the first one on a site meets its block page before the next one starts.
-    stats, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1), AnswerPolicy(), None)
+    cfg = config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1)
+    stats, run_dir = await run(cfg, AnswerPolicy(), None, pool=await pools.for_run(cfg))
     records = read_records(run_dir)
     assert len(records) == len(plan)
     outcome: dict[str, Counter[str]] = defaultdict(Counter)
@@ -150,7 +152,7 @@ class BlockingJudgeTestModel(LanguageModel):
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_judges_blocked_verdict_ends_blocked_and_puts_the_site_on_the_blocklist(
-        tmp_path: Path, openweb: OpenWeb) -> None:
+        tmp_path: Path, openweb: OpenWeb, pools: SharedPools) -> None:
     judged = {**task(0, openweb.url("news.test", "/p0")),
               "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names the headline"]}]}
     tasks = write_tasks(tmp_path / "tasks.jsonl", [judged])
@@ -158,7 +160,7 @@ async def test_the_judges_blocked_verdict_ends_blocked_and_puts_the_site_on_the_
         judge = make_judge(JudgeConfig(base_url=server.base_url, model="judge", backoff_s=0.01))
         cfg = config(tmp_path, tasks, openweb, concurrency=1)
         cfg.reward = "auto"  # the task has no checks: the judge rewards it
-        stats, run_dir = await run(cfg, AnswerPolicy(), None, judge=judge)
+        stats, run_dir = await run(cfg, AnswerPolicy(), None, judge=judge, pool=await pools.for_run(cfg))
     [record] = read_records(run_dir)
     # Before, a reward of 0.0 and status failure: a trainer trained on it.
     assert record["status"] == "blocked" and record["reward"]["value"] is None and record["reward"]["blocked"]
@@ -323,12 +325,14 @@ class ClickPolicy(Policy):
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_new_tabs_and_popups_to_other_sites_stay_in_the_episodes_tab(tmp_path: Path, openweb: OpenWeb) -> None:
+async def test_new_tabs_and_popups_to_other_sites_stay_in_the_episodes_tab(tmp_path: Path, openweb: OpenWeb,
+                                                                           pools: SharedPools) -> None:
     opened = {path: openweb.url(host, "/opened") for path, host in
               (("/new-tab", "news.test"), ("/popup", "wiki.test"), ("/popup-onload", "travel.test"))}
     starts = {path: openweb.url("shop.test", f"{path}?to={quote(to, safe='')}") for path, to in opened.items()}
     tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, url) for i, url in enumerate(starts.values())])
-    _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=3), ClickPolicy(), None)
+    cfg = config(tmp_path, tasks, openweb, concurrency=3)
+    _, run_dir = await run(cfg, ClickPolicy(), None, pool=await pools.for_run(cfg))
     records = {r["task"]["website"]: r for r in read_records(run_dir)}
     assert len(records) == 3 and all(r["status"] != "error" for r in records.values())
 
@@ -350,7 +354,7 @@ async def test_new_tabs_and_popups_to_other_sites_stay_in_the_episodes_tab(tmp_p
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_actions_on_one_site_keep_to_its_rate(tmp_path: Path, openweb: OpenWeb,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                    monkeypatch: pytest.MonkeyPatch, pools: SharedPools) -> None:
     # When the engine sends each action to the site (the moment its pacer lets it go): the limit is the engine's.
     sent: list[float] = []
     paced = SiteGuard.pace
@@ -364,8 +368,8 @@ async def test_actions_on_one_site_keep_to_its_rate(tmp_path: Path, openweb: Ope
     monkeypatch.setattr(SiteGuard, "pace", spy)
     before = len(openweb.hit_times["wiki.test"])
     tasks = write_tasks(tmp_path / "tasks.jsonl", [task(i, openweb.url("wiki.test", f"/r{i}")) for i in range(12)])
-    _, run_dir = await run(config(tmp_path, tasks, openweb, concurrency=8, domain_limit=8, domain_rate=4.0),
-                           AnswerPolicy(), None)
+    cfg = config(tmp_path, tasks, openweb, concurrency=8, domain_limit=8, domain_rate=4.0)
+    _, run_dir = await run(cfg, AnswerPolicy(), None, pool=await pools.for_run(cfg))
     records = read_records(run_dir)
     assert len(records) == 12 and all(r["status"] != "error" for r in records)
     assert len(sent) == 12  # the opens (an answer sends nothing to the site)
@@ -421,7 +425,8 @@ def test_block_pages_are_told_from_ordinary_ones() -> None:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_shared_blocklist_broken_mid_run_or_unwritable_stops_no_episode(
-        tmp_path: Path, openweb: OpenWeb, small_disk: SmallDisk, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, openweb: OpenWeb, small_disk: SmallDisk, caplog: pytest.LogCaptureFixture,
+        pools: SharedPools) -> None:
     # Before, a shared blocklist that another process or a hand edit broke mid-run raised in every runner that next
     # checked a site, and each such runner died: the run waited for records that never came. One that could not be
     # written (a full disk) did the same.
@@ -435,7 +440,8 @@ async def test_a_shared_blocklist_broken_mid_run_or_unwritable_stops_no_episode(
         shared.write_text("{not json")
 
     cfg = config(tmp_path, tasks, openweb, concurrency=4, domain_limit=1, blocklist=str(shared))
-    _, run_dir = await asyncio.wait_for(run(cfg, AnswerPolicy(), None, on_start=break_it), 120)
+    _, run_dir = await asyncio.wait_for(run(cfg, AnswerPolicy(), None, on_start=break_it,
+                                                 pool=await pools.for_run(cfg)), 120)
     kinds = Counter((r["error"] or {}).get("kind", r["status"]) for r in read_records(run_dir))
     assert sum(kinds.values()) == len(plan) and kinds["blocked"] == 1 and kinds["blocked_domain"] == 2, kinds
     assert any("not a blocklist file" in r.getMessage() for r in caplog.records)
@@ -443,7 +449,7 @@ async def test_a_shared_blocklist_broken_mid_run_or_unwritable_stops_no_episode(
     small_disk.fill()
     full = small_disk.path / "blocklist.json"  # a blocklist on a disk with no room left
     cfg = config(tmp_path / "again", tasks, openweb, concurrency=4, domain_limit=1, blocklist=str(full))
-    _, run_dir = await asyncio.wait_for(run(cfg, AnswerPolicy(), None), 120)
+    _, run_dir = await asyncio.wait_for(run(cfg, AnswerPolicy(), None, pool=await pools.for_run(cfg)), 120)
     kinds = Counter((r["error"] or {}).get("kind", r["status"]) for r in read_records(run_dir))
     assert kinds["blocked"] == 1 and kinds["blocked_domain"] == 2, kinds  # the entry held in memory
     assert any("could not be written" in r.getMessage() for r in caplog.records)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from browserpool.pool import BrowserPool
 from engine.agent.model_api import ChatRequest, Generation, LanguageModel
 from engine.clients.env import AsyncWebEnv
 from engine.clients.runner import run
@@ -44,13 +45,13 @@ def slow_task(task_id: str, waits: int, seconds: float) -> dict:
 
 
 @pytest.mark.wallclock
-async def test_stragglers_are_cut_with_a_record_that_says_why(tmp_path: Path, sites: str) -> None:
+async def test_stragglers_are_cut_with_a_record_that_says_why(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     fast = [json.loads(line) for line in subset(tmp_path, per_site=1).read_text().splitlines()]
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(json.dumps(r) for r in [*fast, slow_task("slow", waits=8, seconds=3.0)]) + "\n")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=5, workers=1,
                     straggler_fraction=0.8, straggler_grace_s=1.0)
-    stats, run_dir = await run(cfg, make_policy("scripted"), sites)
+    stats, run_dir = await run(cfg, make_policy("scripted"), sites, pool=pool)
     records = {r["task"]["task_id"]: r for r in read_records(run_dir)}
     assert len(records) == len(fast) + 1 and stats.summary()["lost"] == 0
     slow = records.pop("slow")
@@ -60,11 +61,11 @@ async def test_stragglers_are_cut_with_a_record_that_says_why(tmp_path: Path, si
     assert stats.elapsed_s < 20  # the slow episode alone needs over 24 s
 
 
-async def test_no_straggler_cut_by_default(tmp_path: Path, sites: str) -> None:
+async def test_no_straggler_cut_by_default(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(slow_task("slow", waits=2, seconds=1.0)) + "\n")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=1, workers=1)
-    _, run_dir = await run(cfg, make_policy("scripted"), sites)
+    _, run_dir = await run(cfg, make_policy("scripted"), sites, pool=pool)
     [record] = read_records(run_dir)
     assert record["status"] == "success"
 
@@ -99,13 +100,14 @@ def raw_records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
 
 
-async def test_the_judge_never_holds_up_the_rollouts(tmp_path: Path, sites: str, judge_server: ChatTestServer) -> None:
+async def test_the_judge_never_holds_up_the_rollouts(
+        tmp_path: Path, sites: str, judge_server: ChatTestServer, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
     judge_server.latency_s = 0.4  # a slow judge: each episode needs several calls, two at a time
     try:
         stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
-                                   judge=judge_of(tmp_path, judge_server, concurrency=2))
+                                   judge=judge_of(tmp_path, judge_server, concurrency=2), pool=pool)
     finally:
         judge_server.latency_s = 0.0
     raw = raw_records(run_dir)
@@ -123,17 +125,25 @@ async def test_the_judge_never_holds_up_the_rollouts(tmp_path: Path, sites: str,
     assert stats.summary()["succeeded"] == n and stats.summary()["judge_pending"] == 0
 
 
-async def run_with_the_judge_down(tmp_path: Path, sites: str, judge_server: ChatTestServer
-                                  ) -> tuple[RunStats, Path, int]:
-    """(stats, run directory, episodes) of a run of one task per site whose judge fails every call."""
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def judge_down_run(tmp_path_factory: pytest.TempPathFactory, site_server: str, pool: BrowserPool
+                         ) -> tuple[RunStats, Path, int]:
+    """(stats, run directory, episodes) of a run of one task per site whose judge failed every call: made once,
+    copied by each test that uses it (:func:`with_the_judge_down`)."""
+    tmp_path = tmp_path_factory.mktemp("judge-down")
     tasks = subset(tmp_path, per_site=1)
-    judge_server.fail_next(10_000, 500, message="judge down")
-    try:
-        stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
-                                   judge=judge_of(tmp_path, judge_server, retries=1))
-    finally:
-        judge_server.clear_faults()
+    async with ChatTestServer(PassingJudgeTestModel(), served_model_name="judge") as server:
+        server.fail_next(10_000, 500, message="judge down")
+        stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), site_server,
+                                   judge=judge_of(tmp_path, server, retries=1), pool=pool)
     return stats, run_dir, len(tasks.read_text().splitlines())
+
+
+def with_the_judge_down(made: tuple[RunStats, Path, int], tmp_path: Path) -> tuple[RunStats, Path, int]:
+    """A copy of :func:`judge_down_run`'s run directory in ``tmp_path/runs``, where ``webgym-engine judge`` looks
+    for its verdict cache."""
+    stats, run_dir, n = made
+    return stats, Path(shutil.copytree(run_dir, tmp_path / "runs" / run_dir.name)), n
 
 
 async def judge_cli(run_dir: Path, judge_server: ChatTestServer, *extra: str) -> int:
@@ -147,9 +157,9 @@ async def judge_cli(run_dir: Path, judge_server: ChatTestServer, *extra: str) ->
     return proc.returncode or 0
 
 
-async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Path, sites: str,
-                                                                   judge_server: ChatTestServer) -> None:
-    stats, run_dir, n = await run_with_the_judge_down(tmp_path, sites, judge_server)
+async def test_judge_failure_leaves_episodes_pending_until_rejudged(
+        tmp_path: Path, judge_server: ChatTestServer, judge_down_run: tuple[RunStats, Path, int]) -> None:
+    stats, run_dir, n = with_the_judge_down(judge_down_run, tmp_path)
     records = read_records(run_dir)
     assert len(records) == n and stats.summary()["judge_pending"] == n and stats.summary()["lost"] == 0
     assert all(r["status"] == "judge_pending" and "judge down" in r["judge_error"] for r in records)
@@ -161,9 +171,10 @@ async def test_judge_failure_leaves_episodes_pending_until_rejudged(tmp_path: Pa
 
 
 async def test_a_full_disk_stops_the_judge_before_it_spends_calls_on_verdicts_it_cannot_store(
-        tmp_path: Path, sites: str, judge_server: ChatTestServer, small_disk: SmallDisk) -> None:
+        tmp_path: Path, judge_server: ChatTestServer, small_disk: SmallDisk,
+        judge_down_run: tuple[RunStats, Path, int]) -> None:
     # Before, every pending episode was judged (its calls paid for) and none of the verdicts was stored.
-    _, made, n = await run_with_the_judge_down(tmp_path, sites, judge_server)
+    _, made, n = judge_down_run
     small_disk.resize("64m")
     run_dir = Path(shutil.copytree(made, small_disk.path / made.name))
     used = os.statvfs(run_dir).f_blocks - os.statvfs(run_dir).f_bfree
@@ -183,11 +194,11 @@ async def test_a_full_disk_stops_the_judge_before_it_spends_calls_on_verdicts_it
     assert len(asked) == 1  # the first verdict could not be stored: no other episode was judged
 
 
-async def test_the_judge_sends_no_file_from_outside_the_run_directory(tmp_path: Path, sites: str,
-                                                                     judge_server: ChatTestServer) -> None:
+async def test_the_judge_sends_no_file_from_outside_the_run_directory(
+        tmp_path: Path, judge_server: ChatTestServer, judge_down_run: tuple[RunStats, Path, int]) -> None:
     # A run directory may come from elsewhere. Before, its records' screenshot references were read wherever they
     # pointed, and re-judging it sent those files to the judge's server.
-    _, run_dir, _ = await run_with_the_judge_down(tmp_path, sites, judge_server)
+    _, run_dir, _ = with_the_judge_down(judge_down_run, tmp_path)
     records = raw_records(run_dir)
     shot = run_dir / records[0]["steps"][0]["screenshot"]
     secret = tmp_path / "private.jpg"
@@ -207,7 +218,8 @@ async def test_the_judge_sends_no_file_from_outside_the_run_directory(tmp_path: 
     assert sum("outside the run directory's frames/" in (e or "") for e in errors) == 3, errors
 
 
-async def test_auto_reward_prefers_the_task_checks(tmp_path: Path, sites: str, judge_server: ChatTestServer) -> None:
+async def test_auto_reward_prefers_the_task_checks(
+        tmp_path: Path, sites: str, judge_server: ChatTestServer, pool: BrowserPool) -> None:
     checked = json.loads(subset(tmp_path, per_site=1).read_text().splitlines()[0])
     unchecked = {**checked, "task_id": "no-checks",
                  "evaluator_reference": [{"id": 1, "description": "d", "facts": ["the answer names a product"]}]}
@@ -215,7 +227,7 @@ async def test_auto_reward_prefers_the_task_checks(tmp_path: Path, sites: str, j
     tasks.write_text(json.dumps(checked) + "\n" + json.dumps(unchecked) + "\n")
     cfg = judged_config(tmp_path, tasks)
     cfg.reward = "auto"
-    _, run_dir = await run(cfg, make_policy("scripted"), sites, judge=judge_of(tmp_path, judge_server))
+    _, run_dir = await run(cfg, make_policy("scripted"), sites, judge=judge_of(tmp_path, judge_server), pool=pool)
     sources = {r["task"]["task_id"]: r["reward"]["source"] for r in read_records(run_dir)}
     assert sources == {checked["task_id"]: "program", "no-checks": "judge"}
 
@@ -230,11 +242,12 @@ def checked_and_unchecked(tmp_path: Path) -> tuple[dict, dict, Path]:
     return checked, unchecked, tasks
 
 
-async def test_a_task_without_checks_run_without_a_judge_ends_unrewarded(tmp_path: Path, sites: str) -> None:
+async def test_a_task_without_checks_run_without_a_judge_ends_unrewarded(
+        tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     # Before, its record was a failure (reward value None): a WebGym task file run without a judge read 0% success.
     checked, _, tasks = checked_and_unchecked(tmp_path)
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
-    stats, run_dir = await run(cfg, make_policy("scripted"), sites)
+    stats, run_dir = await run(cfg, make_policy("scripted"), sites, pool=pool)
     records = {r["task"]["task_id"]: r for r in read_records(run_dir)}
     assert records[checked["task_id"]]["status"] == "success"
     unrewarded = records["no-checks"]
@@ -255,12 +268,13 @@ class BlockingJudgeTestModel(LanguageModel):
         return Generation("A CAPTCHA covers the page.\nVERDICT: YES", finish_reason="stop")
 
 
-async def test_a_judged_blocked_verdict_ends_blocked_with_no_reward_value(tmp_path: Path, sites: str) -> None:
+async def test_a_judged_blocked_verdict_ends_blocked_with_no_reward_value(
+        tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     # Before, the judge's blocked verdict was a reward of 0.0 and a failure, which a trainer trained on.
     _, _, tasks = checked_and_unchecked(tmp_path)
     async with ChatTestServer(BlockingJudgeTestModel(), served_model_name="judge") as server:
         stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
-                                   judge=judge_of(tmp_path, server))
+                                   judge=judge_of(tmp_path, server), pool=pool)
     records = read_records(run_dir)
     assert len(records) == 2 and {r["status"] for r in raw_records(run_dir)} == {"judge_pending"}
     for r in records:
@@ -282,13 +296,14 @@ class VerdictlessJudgeTestModel(PassingJudgeTestModel):
         return await super().generate(request)
 
 
-async def test_a_judge_that_twice_gives_no_verdict_line_leaves_the_episode_pending(tmp_path: Path, sites: str) -> None:
+async def test_a_judge_that_twice_gives_no_verdict_line_leaves_the_episode_pending(
+        tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     # Before, the reply's last "no" was read as the verdict: the episode was a failure, nothing said why.
     _, unchecked, tasks = checked_and_unchecked(tmp_path)
     tasks.write_text(json.dumps(unchecked) + "\n")
     async with ChatTestServer(VerdictlessJudgeTestModel(), served_model_name="judge") as server:
         stats, run_dir = await run(judged_config(tmp_path, tasks), make_policy("scripted"), sites,
-                                   judge=judge_of(tmp_path, server))
+                                   judge=judge_of(tmp_path, server), pool=pool)
         answer_checks = [r.payload["messages"] for r in server.received
                          if "## Answer check" in json.dumps(r.payload["messages"][0])]
     [record] = read_records(run_dir)
@@ -300,13 +315,13 @@ async def test_a_judge_that_twice_gives_no_verdict_line_leaves_the_episode_pendi
     assert stats.summary()["judge_pending"] == 1 and stats.summary()["failed"] == 0
 
 
-async def test_the_service_cuts_stragglers_of_a_batch_like_run(tmp_path: Path, sites: str) -> None:
+async def test_the_service_cuts_stragglers_of_a_batch_like_run(tmp_path: Path, sites: str, pool: BrowserPool) -> None:
     fast = [json.loads(line) for line in subset(tmp_path, per_site=1).read_text().splitlines()]
     tasks_file = tmp_path / "tasks.jsonl"
     tasks_file.write_text("\n".join(json.dumps(r) for r in [*fast, slow_task("slow", waits=8, seconds=3.0)]) + "\n")
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=5, workers=1, telemetry=None,
                     straggler_fraction=0.8, straggler_grace_s=1.0)
-    async with RolloutService(cfg, base_url=sites) as service:
+    async with RolloutService(cfg, base_url=sites, pool=pool) as service:
         ids = service.submit(load_tasks(tasks_file, sites), make_policy("scripted"))
         records = {r["task"]["task_id"]: r for r in await asyncio.wait_for(service.gather(ids), 60)}
     slow = records.pop("slow")
@@ -315,7 +330,7 @@ async def test_the_service_cuts_stragglers_of_a_batch_like_run(tmp_path: Path, s
 
 
 async def test_an_env_episode_gets_the_judges_verdict_later(tmp_path: Path, sites: str,
-                                                            judge_server: ChatTestServer) -> None:
+                                                            judge_server: ChatTestServer, pool: BrowserPool) -> None:
     """A task without checks of its own: the env's last step says judge_pending, and info["verdict"] resolves to
     the record with the judge's reward merged in (the rollout never waited for it)."""
     checked = json.loads(subset(tmp_path, per_site=1).read_text().splitlines()[0])
@@ -324,7 +339,7 @@ async def test_an_env_episode_gets_the_judges_verdict_later(tmp_path: Path, site
     tasks_file = tmp_path / "tasks.jsonl"
     tasks_file.write_text(json.dumps(unchecked) + "\n")
     cfg = RunConfig(output_dir=str(tmp_path / "runs"), concurrency=2, workers=1, telemetry=None)
-    async with EngineCore(cfg, judge=judge_of(tmp_path, judge_server), base_url=sites) as core:
+    async with EngineCore(cfg, judge=judge_of(tmp_path, judge_server), base_url=sites, pool=pool) as core:
         env = AsyncWebEnv(core, load_tasks(tasks_file, sites))
         await env.reset("judged")
         *_, terminated, _, info = await env.step({"name": "answer", "text": "a mug"})

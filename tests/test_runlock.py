@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from browserpool.pool import BrowserPool
 from engine.clients.runner import run
 from engine.core.config import RunConfig
 from engine.rewards.judge import JudgeConfig, RubricJudge
@@ -159,7 +160,8 @@ async def judge_server() -> AsyncIterator[ChatTestServer]:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_resume_rejudges_pending_records(tmp_path: Path, sites: str, judge_server: ChatTestServer) -> None:
+async def test_resume_rejudges_pending_records(
+        tmp_path: Path, sites: str, judge_server: ChatTestServer, pool: BrowserPool) -> None:
     tasks = subset(tmp_path, per_site=1)
     n = len(tasks.read_text().splitlines())
 
@@ -172,13 +174,14 @@ async def test_resume_rejudges_pending_records(tmp_path: Path, sites: str, judge
 
     judge_server.fail_next(10_000, 500, message="judge down")
     try:
-        _, run_dir = await run(cfg(), make_policy("scripted"), sites, judge=judge())
+        _, run_dir = await run(cfg(), make_policy("scripted"), sites, judge=judge(), pool=pool)
     finally:
         judge_server.clear_faults()
     assert [r["status"] for r in read_records(run_dir)] == ["judge_pending"] * n
     calls = len(judge_server.received)
 
-    stats, _ = await run(cfg(str(run_dir)), make_policy("scripted"), sites, judge=judge())  # what --resume does
+    # What --resume does:
+    stats, _ = await run(cfg(str(run_dir)), make_policy("scripted"), sites, judge=judge(), pool=pool)
     assert stats.total == 0  # every task has its record: nothing reran ...
     raw = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert len(raw) == n  # ... and no record was written twice

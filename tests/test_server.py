@@ -17,12 +17,13 @@ import pytest
 import pytest_asyncio
 from PIL import Image
 
+from browserpool.pool import BrowserPool
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
 from engine.episode.status import State
 from engine.store.run_dir import read_records
 from server.app import BrowserServer, ServerConfig
-from tests.conftest import SmallDisk, until
+from tests.conftest import SharedPools, SmallDisk, until
 from tests.omnibox_client import OmniboxClient, OmniboxError
 from viewer.report import build_report
 
@@ -30,11 +31,12 @@ KEY = "test-key-4f1c"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[EngineCore, BrowserServer]]:
+async def served(tmp_path_factory: pytest.TempPathFactory, pools: SharedPools
+                 ) -> AsyncIterator[tuple[EngineCore, BrowserServer]]:
     """One engine core with two browser workers behind a recording server (capacity 40, a fast expiry sweep)."""
     out = tmp_path_factory.mktemp("serve")
     cfg = RunConfig(concurrency=40, workers=2, output_dir=str(out), telemetry=None, episode_timeout_s=None)
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=await pools.for_run(cfg)) as core:
         server = BrowserServer(core, ServerConfig(port=0, capacity=40, record=True, expiry_check_s=0.1))
         await server.start()
         try:
@@ -438,11 +440,11 @@ async def test_a_client_that_sends_its_request_slowly_holds_no_connection(served
 
 
 async def test_a_full_disk_ends_recording_and_the_leases_are_still_served(
-        tmp_path: Path, small_disk: SmallDisk, fixture_url: Callable[[str], str]) -> None:
+        tmp_path: Path, small_disk: SmallDisk, fixture_url: Callable[[str], str], pool: BrowserPool) -> None:
     # Before, a screenshot that could not be stored for the record answered the client with a 500.
     small_disk.resize("128k")
     cfg = RunConfig(concurrency=2, workers=1, output_dir=str(small_disk.path / "runs"), telemetry=None)
-    async with EngineCore(cfg) as core:
+    async with EngineCore(cfg, pool=pool) as core:
         server = BrowserServer(core, ServerConfig(port=0, capacity=2, record=True))
         try:
             async with OmniboxClient(await server.start()) as client:

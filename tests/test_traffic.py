@@ -40,12 +40,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 _ids = iter(range(10**6))
 
 
-@pytest.fixture(scope="module")
-def openweb() -> OpenWeb:
-    with OpenWeb(delay_s=0.0) as web:
-        yield web
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pool(openweb: OpenWeb) -> AsyncIterator[BrowserPool]:
     async with openweb_pool(openweb) as p:
@@ -183,8 +177,9 @@ def shots(run_dir: Path) -> dict[str, list[bytes]]:
 
 
 async def test_a_run_records_each_episode_and_a_replay_of_it_asks_nothing_of_the_sites(
-        tmp_path: Path, openweb: OpenWeb) -> None:
-    _, recorded = await run(run_config(tmp_path, openweb, "rec", record_traffic=True), ClickNextPolicy(), None)
+        tmp_path: Path, openweb: OpenWeb, pool: BrowserPool) -> None:
+    _, recorded = await run(run_config(tmp_path, openweb, "rec", record_traffic=True), ClickNextPolicy(), None,
+                            pool=pool)
     records = read_records(recorded)
     assert len(records) == 2 and all(r["traffic"]["mode"] == "record" for r in records)
     assert all((recorded / r["traffic"]["archive"]).is_file() for r in records)
@@ -193,7 +188,7 @@ async def test_a_run_records_each_episode_and_a_replay_of_it_asks_nothing_of_the
     replays = []
     for i in range(2):
         _, replayed = await run(run_config(tmp_path, openweb, f"rep{i}", replay_traffic=str(recorded)),
-                                ClickNextPolicy(), None)
+                                ClickNextPolicy(), None, pool=pool)
         replays.append(shots(replayed))
         for r in read_records(replayed):
             assert r["traffic"]["mode"] == "replay" and r["traffic"]["open"]["misses"] == 0
@@ -202,14 +197,15 @@ async def test_a_run_records_each_episode_and_a_replay_of_it_asks_nothing_of_the
     assert replays[0] == replays[1] == shots(recorded)
     # A task the recording did not run: an error record that says so.
     cfg = run_config(tmp_path, openweb, "none", replay_traffic=str(tmp_path / "rep0"))
-    _, missing = await run(cfg, ClickNextPolicy(), None)
+    _, missing = await run(cfg, ClickNextPolicy(), None, pool=pool)
     assert {r["error"]["kind"] for r in read_records(missing)} == {"traffic_missing"}
 
 
-async def test_a_grpo_groups_members_start_from_their_first_members_snapshot(tmp_path: Path, openweb: OpenWeb) -> None:
+async def test_a_grpo_groups_members_start_from_their_first_members_snapshot(tmp_path: Path, openweb: OpenWeb,
+                                                                            pool: BrowserPool) -> None:
     hits = openweb.hits.copy()
     cfg = run_config(tmp_path, openweb, "group", samples=3, traffic_group=3, concurrency=6)
-    _, run_dir = await run(cfg, ClickNextPolicy(), None)
+    _, run_dir = await run(cfg, ClickNextPolicy(), None, pool=pool)
     records = read_records(run_dir)
     assert len(records) == 6
     by_task: dict[str, list[dict]] = {}
@@ -232,9 +228,9 @@ async def test_a_grpo_groups_members_start_from_their_first_members_snapshot(tmp
     assert loads == 2 * 3 + 2 * 3 + 4 * 1
 
 
-async def served_pages(cfg: RunConfig, url: str) -> tuple[Path, list[str]]:
-    """Serve one engine core; lease 1 visits ``url`` and its next page, reading each page's text."""
-    async with EngineCore(cfg) as core:
+async def served_pages(cfg: RunConfig, url: str, pool: BrowserPool) -> tuple[Path, list[str]]:
+    """Serve one engine core on ``pool``; lease 1 visits ``url`` and its next page, reading each page's text."""
+    async with EngineCore(cfg, pool=pool) as core:
         server = BrowserServer(core, ServerConfig(port=0, capacity=2))
         await server.start()
         try:
@@ -251,14 +247,15 @@ async def served_pages(cfg: RunConfig, url: str) -> tuple[Path, list[str]]:
         return core.run_dir, texts
 
 
-async def test_serve_records_a_leases_traffic_and_replays_it(tmp_path: Path, openweb: OpenWeb) -> None:
+async def test_serve_records_a_leases_traffic_and_replays_it(tmp_path: Path, openweb: OpenWeb,
+                                                             pool: BrowserPool) -> None:
     cfg = run_config(tmp_path, openweb, "serve-rec", record_traffic=True, episode_timeout_s=None)
     url = openweb.url("shop.test", "/changing")
-    recorded, texts = await served_pages(cfg, url)
+    recorded, texts = await served_pages(cfg, url, pool)
     assert (recorded / "traffic" / "lease-1_0.traffic").is_file()
     hits = openweb.hits.copy()
     cfg = run_config(tmp_path, openweb, "serve-rep", replay_traffic=str(recorded), episode_timeout_s=None)
-    _, replayed = await served_pages(cfg, url)
+    _, replayed = await served_pages(cfg, url, pool)
     assert replayed == texts and openweb.hits == hits  # the same pages, nothing asked of the site
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from browserpool.pool import BrowserPool
 from engine.agent.policy_api import Policy
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
@@ -65,13 +66,15 @@ def load_task_source(spec: str, base_url: str | None) -> list[Task]:
 async def run(cfg: RunConfig, policy: Policy, base_url: str | None, *, judge: RubricJudge | None = None,
               on_start: Callable[[EngineCore, Path], Any] | None = None,
               on_status: Callable[[EpisodeStatus], None] | None = None,
-              manifest: dict[str, Any] | None = None) -> tuple[RunStats, Path]:
+              manifest: dict[str, Any] | None = None, pool: BrowserPool | None = None) -> tuple[RunStats, Path]:
     """Run every planned episode of ``cfg.tasks`` with ``policy`` to exactly one record; shut down cleanly.
 
     ``cfg.run_dir`` set: resume that run directory (finished episodes are kept, unfinished ones rerun, records
-    still waiting for a verdict are judged again). Returns the stats and the run directory."""
+    still waiting for a verdict are judged again). ``pool``: an already started browser pool to run on (left
+    running; its workers' settings are its own, not ``cfg.worker``'s), e.g. one that several runs share. Returns
+    the stats and the run directory."""
     tasks = load_task_source(cfg.tasks, base_url)
-    core = EngineCore(cfg, judge=judge, base_url=base_url)
+    core = EngineCore(cfg, judge=judge, base_url=base_url, pool=pool)
     if on_status is not None:
         core.on_status(on_status)
     resuming = Path(cfg.run_dir) if cfg.run_dir else None

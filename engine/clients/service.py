@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
 
+from browserpool.pool import BrowserPool
 from engine.agent.policy_api import Policy
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
@@ -35,13 +36,14 @@ from engine.tasks.schema import Task
 
 
 class RolloutService:
-    """A long-lived engine: submissions in, finished trajectories out."""
+    """A long-lived engine: submissions in, finished trajectories out. ``core``: an engine core to use (started by
+    the caller); ``pool``: an already started browser pool for the service's own core (left running)."""
 
     def __init__(self, cfg: RunConfig, *, base_url: str | None = None, serve_sites: bool = False,
                  site_mounts: dict[str, Path] | None = None, judge: RubricJudge | None = None,
-                 core: EngineCore | None = None) -> None:
+                 core: EngineCore | None = None, pool: BrowserPool | None = None) -> None:
         self.core = core or EngineCore(cfg, judge=judge, base_url=base_url, serve_sites=serve_sites,
-                                       site_mounts=site_mounts)
+                                       site_mounts=site_mounts, pool=pool)
         self._own_core = core is None
         self._done: asyncio.Queue[EpisodeRecord] = asyncio.Queue()
         self._mine: dict[str, Rollout] = {}  # episodes submitted through this service, until handed out
