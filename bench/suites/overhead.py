@@ -223,42 +223,24 @@ def collapsed_top(text: str, n: int = 15) -> dict[str, Any]:
 
 
 async def monitor_windows(n: int, workers: int, seconds: float, repeats: int,
-                          settle_s: float = 3.0) -> list[tuple[float, float]] | None:
-    """Steps/s without and with an attached monitor, one pair per repeat, from ``bench/monitor.py``; None if absent.
+                          settle_s: float = 3.0) -> list[tuple[float, float]]:
+    """Steps/s without and with an attached monitor, one pair per repeat: ``bench/monitor.py``'s alternating
+    windows of one run (that module measures the monitor; this suite reports the same figure). Raises
+    RuntimeError when a window pair is missing."""
+    from bench import monitor
 
-    HOOK: the live monitor (``tui/``) and its benchmark (``bench/monitor.py``) are maintained with the monitor;
-    this suite calls that module rather than measuring the monitor its own way, so that both report the same
-    thing. It knows two shapes of it: ``engine_overhead(n, workers, window_s, repeats)`` (alternating windows of
-    one run: ``{"windows": [{"monitor": bool, "steps_per_s": x}, ...]}``) and ``engine_run(base, n, workers,
-    seconds, monitor)`` (one run per side: ``{"steps_per_s": x}``)."""
-    try:
-        from bench import monitor
-    except ImportError:
-        return None
-    if hasattr(monitor, "engine_overhead"):
-        # A monitor that never subscribes must not hang the suite.
-        limit = 180.0 + repeats * 2 * (seconds + 10.0)
-        got = await asyncio.wait_for(monitor.engine_overhead(n, workers, seconds, repeats, settle_s), limit)
-        pairs: list[tuple[float, float]] = []
-        windows = got.get("windows") or got.get("runs") or []
-        for i in range(0, len(windows) - 1, 2):
-            side = {bool(w["monitor"]): float(w["steps_per_s"]) for w in windows[i:i + 2]}
-            if len(side) == 2:
-                pairs.append((side[False], side[True]))
-        return pairs
-    if hasattr(monitor, "engine_run"):
-        from engine.sites.server import SiteServer
-
-        pairs = []
-        with SiteServer() as server:
-            for rep in range(repeats):
-                side = {}
-                for attached in ((False, True) if rep % 2 == 0 else (True, False)):
-                    side[attached] = (await monitor.engine_run(server.base_url, n, workers, seconds,
-                                                               attached))["steps_per_s"]
-                pairs.append((side[False], side[True]))
-        return pairs
-    return None
+    # A monitor that never subscribes must not hang the suite.
+    limit = 180.0 + repeats * 2 * (seconds + 10.0)
+    got = await asyncio.wait_for(monitor.engine_overhead(n, workers, seconds, repeats, settle_s), limit)
+    windows = got["windows"]
+    pairs: list[tuple[float, float]] = []
+    for i in range(0, len(windows) - 1, 2):
+        side = {bool(w["monitor"]): float(w["steps_per_s"]) for w in windows[i:i + 2]}
+        if len(side) == 2:
+            pairs.append((side[False], side[True]))
+    if len(pairs) != repeats:
+        raise RuntimeError(f"the monitor benchmark gave {len(pairs)} window pairs of {repeats}: {windows}")
+    return pairs
 
 
 async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -> None:
@@ -277,18 +259,14 @@ async def measure(res: SuiteResult, cfg: dict[str, Any], base: str, out: Path) -
               + ", ".join(f"{p} {ms:.3f}" for p, ms in row["phase_ms_per_step"].items()), flush=True)
     n, secs = cfg["monitor_concurrency"], cfg["monitor_seconds"]
     pairs = await monitor_windows(n, cfg["workers"], secs, cfg["repeats"], cfg.get("monitor_settle_s", 3.0))
-    if pairs is None:
-        res.notes.append("monitor: bench/monitor.py (engine_overhead or engine_run) is not available; steps/s with "
-                         "and without an attached monitor were not measured.")
-    else:
-        for rep, (without, with_) in enumerate(pairs):
-            res.add("monitor.without_steps_per_s", f"c{n}: steps/s, no monitor attached", without, "steps/s")
-            res.add("monitor.with_steps_per_s", f"c{n}: steps/s, monitor attached", with_, "steps/s")
-            res.add("monitor.slowdown_pct", f"c{n}: steps/s lost to an attached monitor",
-                    100 * (1 - with_ / without) if without else None, "%", ("<=", 3.0))
-            res.runs.append({"repeat": rep, "kind": "monitor", "without_steps_per_s": without,
-                             "with_steps_per_s": with_})
-            print(f"  overhead: monitor off {without:.1f} steps/s, on {with_:.1f} steps/s", flush=True)
+    for rep, (without, with_) in enumerate(pairs):
+        res.add("monitor.without_steps_per_s", f"c{n}: steps/s, no monitor attached", without, "steps/s")
+        res.add("monitor.with_steps_per_s", f"c{n}: steps/s, monitor attached", with_, "steps/s")
+        res.add("monitor.slowdown_pct", f"c{n}: steps/s lost to an attached monitor",
+                100 * (1 - with_ / without) if without else None, "%", ("<=", 3.0))
+        res.runs.append({"repeat": rep, "kind": "monitor", "without_steps_per_s": without,
+                         "with_steps_per_s": with_})
+        print(f"  overhead: monitor off {without:.1f} steps/s, on {with_:.1f} steps/s", flush=True)
     phases = PHASE_NAMES
     plot_series(out / "overhead.png", "Engine CPU per step by phase", "phase", "ms per step",
                 {"CPU": (phases, [res.figures.get(f"phase.{p.replace(' ', '_')}") for p in phases])},
