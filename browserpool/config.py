@@ -106,6 +106,9 @@ class WorkerConfig:
     open_retries: int = 2
     open_backoff_s: float = 1.0
     screenshot_timeout_s: float = 10.0
+    # A capture Chromium refuses ("Unable to capture screenshot", a page that is fine, under load) is tried again up
+    # to capture_retries times within screenshot_timeout_s; one still refused ends the episode (browser_capture).
+    capture_retries: int = 3
     # A Set-of-Marks pass lists (and draws) at most som_max_elements elements, and stops after som_budget_ms: on a
     # page of tens of thousands of targets it would otherwise run past the screenshot's timeout (hit tests cost
     # more the more elements a page has). The observation's note says when a pass was cut.
@@ -117,6 +120,11 @@ class WorkerConfig:
     axtree_text_chars: int = 200
     dom_max_nodes: int = 3000  # elements of a DOM snapshot (episodes opened with dom), the first in document order
     context_reuse: int = 50  # episodes per BrowserContext before it is recycled
+    # Pages an episode's pages may open (popups, new tabs: browserpool/popup_guard.py) that are let load; every one
+    # past them is closed before it sends a request, and recorded. Each one that loads can take a renderer of its
+    # own, so a page that opened dozens took the worker's memory from every other episode. 0: none loads (a popup
+    # the agent's action opened still takes the episode's tab to its URL).
+    max_popups: int = 4
     heartbeat_s: float = 1.0
     allowed_schemes: tuple[str, ...] = ("http", "https", "about")
     # The network policy for pages (browserpool.netpolicy; its fields in browserpool.protocol.NetSettings).

@@ -1,6 +1,7 @@
 """The worker's BrowserContexts: one per live episode, kept between episodes (state cleared) up to
 ``context_reuse`` uses, each with its network proxy and the log of what its pages do; a page the context opens
-besides the episode's tab (a popup) is closed at once (``ContextPool``, a part of
+besides the episode's tab (a popup) is closed at once, and past the episode's ``max_popups`` before it loads (the
+browser's popup guard, ``browserpool/popup_guard.py``) (``ContextPool``, a part of
 :class:`browserpool.worker.BrowserWorker`)."""
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from browserpool.event_log import EventLog
 from browserpool.netpolicy import NetPolicy, bypass_list
 from browserpool.page import EpisodePage
 from browserpool.page_scripts import INIT_SCRIPT, NO_WEBRTC_SCRIPT
+from browserpool.popup_guard import PopupGuard
 from browserpool.proxy import ContextProxy
 from browserpool.request_rules import RequestRules
 from browserpool.stderr_log import log_line
+from browserpool.tab_events import refused_detail
 from browserpool.traffic import EpisodeTraffic
 from browserpool.upstream import ProxyPool
 
@@ -38,6 +41,8 @@ class ContextSlot:
     creating_page: bool = False  # the worker's own new_page() is under way: that page is no popup
     closing: set[asyncio.Task[Any]] = field(default_factory=set)  # popups being closed (their tasks held)
     popups: int = 0  # pages this episode's pages opened besides its tab
+    context_id: str = ""  # the context's id in the browser, once the popup guard counts its popups
+    refused: int = 0  # popups the guard refused (recorded then) that Playwright has not reported yet
 
 
 @dataclass
@@ -69,9 +74,12 @@ class ContextPool:
         rules: RequestRules | None
         idle: list[ContextSlot]
         episodes: dict[str, Episode]
+        popup_guard: PopupGuard | None
+        guarded: dict[str, ContextSlot]  # by context id: the contexts whose popups the guard counts
 
         def _recycle_after_request(self) -> None: ...
         async def _context_over_memory(self, ep: Episode) -> bool: ...
+        def _start_draining_for(self, reason: str) -> None: ...
 
     async def _new_context(self) -> ContextSlot:
         assert self.browser is not None
@@ -106,11 +114,52 @@ class ContextPool:
             ctx.on("close", lambda _ctx: asyncio.ensure_future(proxy.close()))
         return slot
 
+    async def _start_popup_guard(self) -> None:
+        """The browser's popup guard (a new browser: none of its contexts is counted yet)."""
+        assert self.browser is not None
+        self.guarded = {}
+        self.popup_guard = PopupGuard(self._on_popup_verdict, lambda: self._start_draining_for(
+            "its popup guard's page went away (popups are held, none loads)"))
+        await self.popup_guard.start(self.browser)
+
+    async def _count_popups(self, slot: ContextSlot) -> None:
+        """An episode starts in ``slot``: the guard counts its popups from 0 (only ``max_popups`` load)."""
+        if self.popup_guard is None or slot.page is None:
+            return
+        slot.context_id = slot.page.context_id
+        self.guarded[slot.context_id] = slot
+        await self.popup_guard.arm(slot.context_id, self.cfg.max_popups)
+        slot.page.guarded = True
+
+    def _on_popup_verdict(self, context_id: str, opener_id: str, allowed: bool) -> None:
+        """The guard let a page of the context load, or closed it before it loaded (then recorded here: Playwright
+        reports it closed, and the worker passes over it)."""
+        slot = self.guarded.get(context_id)
+        if slot is None:
+            return
+        if not allowed:
+            slot.popups += 1  # the context is not reused after this episode
+            slot.refused += 1
+        if slot.page is not None:
+            slot.page.popup_verdict(opener_id == slot.page.target_id, allowed)
+        elif not allowed:
+            slot.events.add("popup", "", refused_detail(self.cfg.max_popups))
+
     def _on_page(self, slot: ContextSlot, page: Page) -> None:
         """A page the context opened besides the episode's tab (a popup, a new tab): closed at once. The
         episode's tab has already taken the URL of a popup its action opened (EpisodePage); one it did not
-        announce (opened from an out-of-process frame) is recorded here."""
+        announce (opened from an out-of-process frame, a middle click) is recorded here."""
         if slot.creating_page or (slot.page is not None and page is slot.page.page):
+            return
+        # Refused by the popup guard before it loaded (recorded then): Playwright reports it closed, or (a window.open
+        # page) still blank, held. Or gone already. Either way there is nothing to record.
+        refused = slot.refused > 0 and (page.is_closed() or page.url in ("", "about:blank"))
+        if refused or page.is_closed():
+            if refused:
+                slot.refused -= 1
+            slot.popups += 1
+            if not page.is_closed():
+                self._close_later(slot, page)
             return
         ep_page = slot.page
         if ep_page is not None and ep_page.announced_popups > 0:
@@ -120,7 +169,11 @@ class ContextPool:
         else:
             slot.events.add("popup", page.url, "closed")
         slot.popups += 1  # the context is not reused after this episode
-        task = asyncio.ensure_future(self._close_page(page))
+        self._close_later(slot, page)
+
+    @classmethod
+    def _close_later(cls, slot: ContextSlot, page: Page) -> None:
+        task = asyncio.ensure_future(cls._close_page(page))
         slot.closing.add(task)
         task.add_done_callback(slot.closing.discard)
 
@@ -184,6 +237,8 @@ class ContextPool:
             await self._drop_context(ep.slot)
 
     async def _drop_context(self, slot: ContextSlot) -> None:
+        if slot.context_id and self.guarded.pop(slot.context_id, None) is slot and self.popup_guard is not None:
+            self.popup_guard.forget(slot.context_id)
         with contextlib.suppress(TimeoutError, PlaywrightError):
             async with asyncio.timeout(10):
                 await slot.context.close()

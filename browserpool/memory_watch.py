@@ -19,6 +19,7 @@ from browserpool import protocol as P
 from browserpool.config import WorkerConfig, launch_flags
 from browserpool.contexts import ContextSlot, Episode
 from browserpool.memory import tree_pss_bytes
+from browserpool.popup_guard import PopupGuard
 from browserpool.renderer_watch import MemoryKill, RendererWatch
 from browserpool.stderr_log import log_line
 from browserpool.timing import _ms
@@ -38,6 +39,7 @@ class MemoryWatch:
         browser_pss: int
         contexts_over_memory: int
         renderer_watch: RendererWatch | None
+        popup_guard: PopupGuard | None
         _recycling: bool
         _browser_ready: asyncio.Event
         _chromium_pid: int
@@ -48,6 +50,7 @@ class MemoryWatch:
         def _heartbeat_message(self) -> P.Heartbeat: ...
         def _on_browser_lost(self) -> None: ...
         async def _drop_context(self, slot: ContextSlot) -> None: ...
+        async def _start_popup_guard(self) -> None: ...
 
     async def _context_over_memory(self, ep: Episode) -> bool:
         """Whether the episode's page holds more heap (V8 plus Blink's) than ``context_memory_mib``: one CDP
@@ -126,6 +129,21 @@ class MemoryWatch:
             await self._send(self._heartbeat_message())  # now, not at the next beat
         self._maybe_recycle()
 
+    def _start_draining_for(self, reason: str) -> None:
+        """The browser must be replaced (``reason``): take no new episodes, recycle it once idle."""
+        if self.draining or self._recycling or self._stop.is_set():
+            return
+        self.draining = True
+        log_line(f"worker {self.cfg.worker_id}: {reason}: draining, then recycling the browser")
+        task = asyncio.ensure_future(self._say_draining())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._maybe_recycle()
+
+    async def _say_draining(self) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            await self._send(self._heartbeat_message())  # now, not at the next beat
+
     def _recycle_after_request(self) -> None:
         """Once the current request (an episode's close) has been answered, recycle if draining and idle."""
         task = asyncio.current_task()
@@ -154,12 +172,15 @@ class MemoryWatch:
             idle, self.idle = self.idle, []
             for slot in idle:
                 await self._drop_context(slot)
+            if self.popup_guard is not None:
+                await self.popup_guard.close()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(10):
                     await old.close()
             self.browser = await old.browser_type.launch(
                 executable_path=self.cfg.chromium_path, args=launch_flags(self.cfg.chromium_flags), headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
+            await self._start_popup_guard()
             self._chromium_pid = _newest_chromium()
             self.browser_pss = 0  # the old tree's reading; the watch reads the new one at its next check
             self.browser_recycles += 1

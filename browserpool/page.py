@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import time
+from collections import deque
 from typing import Any
 
 from playwright.async_api import BrowserContext, CDPSession, Page
@@ -27,7 +28,7 @@ from browserpool.domsnapshot import read_dom
 from browserpool.event_log import EventLog as EventLog
 from browserpool.input_dispatch import InputDispatch, _is_number
 from browserpool.netpolicy import NetPolicy
-from browserpool.page_errors import ActionRefused, PageHung
+from browserpool.page_errors import ActionRefused, CaptureFailed, PageHung
 from browserpool.page_scripts import LOCATE_FN, som_expression
 from browserpool.page_scripts import TITLE_CHARS as TITLE_CHARS
 from browserpool.protocol import AXNode, BrowserAction, DOMNode, SettleState
@@ -59,7 +60,7 @@ DENIED_PERMISSIONS = (
 )
 
 
-# A capture's failures that a second try gets past.
+# A capture's failures that a later try gets past (EpisodePage.screenshot).
 _CAPTURE_FLAKES = ("Unable to capture screenshot",)
 
 
@@ -85,6 +86,9 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
         # shows the browser's error page, which the policy sees like a person would.
         self.load_error: str | None = None
         self.announced_popups = 0  # window opens seen here whose page the context has not reported yet
+        self.guarded = False  # the worker's popup guard rules on this context's popups (browserpool/popup_guard.py)
+        self._window_opens: deque[tuple[str, bool]] = deque()  # (URL, adopted) waiting for the guard's verdict
+        self._verdicts: deque[bool] = deque()  # the guard's verdicts on popups of this tab waiting for their URL
         self.target_id = ""  # this tab's and its context's ids in the browser (set by create)
         self.context_id = ""
         self._acting = False  # inside perform(): a popup the action opened with a user gesture is adopted
@@ -217,19 +221,28 @@ class EpisodePage(TabEvents, Settling, InputDispatch, TabReset):
         return status, timings
 
     async def screenshot(self, fmt: str = "jpeg") -> bytes:
-        """The viewport as JPEG bytes (CDP, no re-encoding); ``fmt`` png only for clients that ask for PNG."""
+        """The viewport as JPEG bytes (CDP, no re-encoding); ``fmt`` png only for clients that ask for PNG.
+
+        Chromium sometimes refuses a capture of a page that is fine ("Unable to capture screenshot", seen under
+        load): it is tried again, up to ``capture_retries`` times, after a pause that doubles from 20 ms, all
+        within ``screenshot_timeout_s``. Raises CaptureFailed when every try was refused, PageHung past the
+        deadline."""
         params: dict[str, Any] = ({"format": "png", "optimizeForSpeed": True} if fmt == "png" else
                                   {"format": "jpeg", "quality": self.cfg.jpeg_quality, "optimizeForSpeed": True})
         try:
             async with self._leaving, asyncio.timeout(self.cfg.screenshot_timeout_s):
-                try:
-                    res = await self.cdp.send("Page.captureScreenshot", params)
-                except PlaywrightError as exc:
-                    # Chromium sometimes fails a capture of a page that is fine ("Unable to capture screenshot",
-                    # seen under load): once more, within the same deadline; a second failure is reported.
-                    if not any(m in str(exc) for m in _CAPTURE_FLAKES):
-                        raise
-                    res = await self.cdp.send("Page.captureScreenshot", params)
+                for attempt in range(self.cfg.capture_retries + 1):
+                    try:
+                        res = await self.cdp.send("Page.captureScreenshot", params)
+                        break
+                    except PlaywrightError as exc:
+                        if not any(m in str(exc) for m in _CAPTURE_FLAKES):
+                            raise
+                        if attempt == self.cfg.capture_retries:
+                            raise CaptureFailed(f"Chromium refused the capture {attempt + 1} times: "
+                                                f"{str(exc).splitlines()[0][:200]}") from exc
+                    # Only after a refused capture (never on the hot path): the compositor gets a few frames.
+                    await asyncio.sleep(0.02 * 2 ** attempt)
         except TimeoutError as exc:
             raise PageHung(f"screenshot did not complete within {self.cfg.screenshot_timeout_s:g} s") from exc
         return base64.b64decode(res["data"])

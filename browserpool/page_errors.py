@@ -1,5 +1,6 @@
 """The errors of an episode's tab: what the worker answers a request with when an operation cannot be carried out
-(refused), when the page stops answering (hung), when the tab closed under it, and when its renderer died."""
+(refused), when the page stops answering (hung), when the tab closed under it, when its renderer died, and when
+Chromium would not capture its screenshot."""
 
 from __future__ import annotations
 
@@ -18,3 +19,7 @@ class PageHung(Exception):
 
 class PageCrashed(Exception):
     """The tab's renderer died (the worker's memory watch ended it, or it crashed): no operation can run on it."""
+
+
+class CaptureFailed(Exception):
+    """Chromium refused the viewport's capture on every try within the screenshot's deadline."""

@@ -15,6 +15,9 @@ TITLE_CHARS = 4096
 
 INIT_SCRIPT = r"""
 (() => {
+  // A new window is cut from its opener before it loads (Playwright runs this in its first, empty document before
+  // letting it navigate): its first request then waits for the worker's popup guard (browserpool/popup_guard.py).
+  if (window.opener) window.opener = null;
   if (window.__wgSettle) return;
   // The page's own scripts run after this one and may replace any global or prototype method (a framework that
   // patches Promise and timers, or a hostile page). What the worker calls is captured here, before they run, and

@@ -27,7 +27,8 @@ import msgspec
 # 6: accessibility trees (Open.axtree, Observe.axtree, Observation.axtree and axtree_cut, BrowserAction.node).
 # 7: DOM snapshots (Open.dom, Observe.dom, Observation.dom and dom_cut).
 # 8: recorded and replayed traffic (Open.traffic, Observation.traffic).
-PROTOCOL_VERSION = 8
+# 9: ErrorKind.CAPTURE (a screenshot Chromium refused on every try).
+PROTOCOL_VERSION = 9
 
 # Bounds on what a peer may send: a worker id names files and log lines; a page's texts are bounded by the
 # message size cap (MAX_MESSAGE_BYTES) as a whole.
@@ -318,6 +319,7 @@ class ErrorKind(StrEnum):
     BROWSER = "browser"  # the browser crashed or disconnected
     TOO_LARGE = "too_large"  # the reply would exceed MAX_MESSAGE_BYTES (a page's huge value): not sent
     PAGE_MEMORY = "page_memory"  # the page's renderer grew past page_memory_mib and was ended; its context discarded
+    CAPTURE = "capture"  # Chromium refused the screenshot on every try (WorkerConfig.capture_retries)
     INTERNAL = "internal"
 
 
@@ -327,6 +329,7 @@ ERR_NO_EPISODE = ErrorKind.NO_EPISODE
 ERR_BROWSER = ErrorKind.BROWSER
 ERR_TOO_LARGE = ErrorKind.TOO_LARGE
 ERR_PAGE_MEMORY = ErrorKind.PAGE_MEMORY
+ERR_CAPTURE = ErrorKind.CAPTURE
 ERR_INTERNAL = ErrorKind.INTERNAL
 
 

@@ -1,13 +1,15 @@
 """What an episode's tab reports over CDP and how the worker answers it: loads and navigations (the state the
-settle check waits on; every committed main-frame document checked), window opens (one adopted, the rest closed),
-downloads refused, dialogs dismissed, file choosers cancelled, the tab closing, its renderer dying (``TabEvents``, a
-part of :class:`browserpool.page.EpisodePage`)."""
+settle check waits on; every committed main-frame document checked), window opens (one adopted, the rest closed or,
+past the episode's ``max_popups``, refused before they load: ``browserpool/popup_guard.py``), downloads refused,
+dialogs dismissed, file choosers cancelled, the tab closing, its renderer dying (``TabEvents``, a part of
+:class:`browserpool.page.EpisodePage`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +38,11 @@ DIALOG_STORM = 20
 POPUP_STORM = 10
 
 
+def refused_detail(cap: int) -> str:
+    """The detail of a ``popup`` event of a window the popup guard closed before it loaded."""
+    return f"refused: past the episode's {cap} popups"
+
+
 class TabEvents:
     """The tab's CDP event handlers (see the module docstring)."""
 
@@ -48,6 +55,7 @@ class TabEvents:
         origins: set[str]
         top_sites: set[str]
         announced_popups: int
+        guarded: bool
         url: str
         closed: asyncio.Event
         crashed: asyncio.Event
@@ -57,6 +65,8 @@ class TabEvents:
         _adopt: str | None
         _dialogs: int
         _unasked_popups: int
+        _window_opens: deque[tuple[str, bool]]
+        _verdicts: deque[bool]
         _leaving: asyncio.Lock
         _loading: bool
         _stopped: asyncio.Event
@@ -180,17 +190,51 @@ class TabEvents:
         self.announced_popups += 1
         self._note_origin(url)
         # One tab per episode: a popup the agent's own action opened (a user gesture) becomes the episode's
-        # page (this tab goes to its URL when the action settles); every other one is only closed.
-        if (self._acting and self._adopt is None and params.get("userGesture")
-                and url[:8].lower().startswith(("http://", "https://"))):
+        # page (this tab goes to its URL when the action settles, loaded or refused); every other one is only closed.
+        adopt = bool(self._acting and self._adopt is None and params.get("userGesture")
+                     and url[:8].lower().startswith(("http://", "https://")))
+        if adopt:
             self._adopt = url
         else:
-            self.popup_closed(url)
+            self._count_unasked(url)
+        # Recorded with the popup guard's verdict (let load, or refused), which names no URL: the browser reports
+        # a tab's window opens and their pages in the same order.
+        self._window_opens.append((url, adopt))
+        if not self.guarded:
+            self._verdicts.append(True)
+        self._pair_popups()
+
+    def popup_verdict(self, from_tab: bool, allowed: bool) -> None:
+        """The popup guard let a page of this tab's context load (``allowed``) or closed it before it loaded;
+        ``from_tab``: this tab opened it (its window open has the URL). A page let load that the tab did not announce
+        is recorded once Playwright reports it (:meth:`popup_closed`, with its URL)."""
+        if from_tab:
+            self._verdicts.append(allowed)
+            self._pair_popups()
+        elif not allowed:
+            self.events.add("popup", "", self._refused())
+            self._count_unasked("")
+
+    def _pair_popups(self) -> None:
+        while self._window_opens and self._verdicts:
+            (url, adopted), allowed = self._window_opens.popleft(), self._verdicts.popleft()
+            if not allowed:
+                # Playwright reports it closed (or blank), which the worker passes over: nothing is left to announce.
+                self.announced_popups = max(0, self.announced_popups - 1)
+            if not adopted:
+                self.events.add("popup", url, "closed" if allowed else self._refused())
+
+    def _refused(self) -> str:
+        return refused_detail(self.cfg.max_popups)
 
     def popup_closed(self, url: str) -> None:
-        """A window opened without the agent's asking, closed by the worker: recorded. At POPUP_STORM of them in one
-        step the tab leaves the page (once a step: more may still be on their way as it does)."""
+        """A window opened without the agent's asking (not announced to this tab), closed by the worker: recorded."""
         self.events.add("popup", url, "closed")
+        self._count_unasked(url)
+
+    def _count_unasked(self, url: str) -> None:
+        """At POPUP_STORM windows opened in one step without the agent's asking, the tab leaves the page (once a
+        step: more may still be on their way as it does)."""
         self._unasked_popups += 1
         if self._unasked_popups == POPUP_STORM:
             self.events.add("popup", url, f"{POPUP_STORM} windows opened in one step: the page was left for "

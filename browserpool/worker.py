@@ -36,7 +36,8 @@ from browserpool.memory_watch import MemoryWatch, _newest_chromium
 from browserpool.netpolicy import NetPolicy, with_engine_sites
 from browserpool.observe import Observer
 from browserpool.page import EpisodePage
-from browserpool.page_errors import ActionRefused, PageHung, TabClosed
+from browserpool.page_errors import ActionRefused, CaptureFailed, PageHung, TabClosed
+from browserpool.popup_guard import PopupGuard
 from browserpool.proxy import RESOLVER_THREADS
 from browserpool.renderer_watch import RendererWatch
 from browserpool.request_rules import RequestRules
@@ -68,6 +69,8 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         self.browser_lost = False
         self.idle: list[ContextSlot] = []
         self.episodes: dict[str, Episode] = {}
+        self.popup_guard: PopupGuard | None = None  # the bound on popups (browserpool/popup_guard.py)
+        self.guarded: dict[str, ContextSlot] = {}
         self.inflight = 0
         # The network policy for pages (None: off); a bad entry fails the worker at start.
         cfg.net = with_engine_sites(cfg.net)  # sites served in-process
@@ -117,6 +120,7 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
             self.browser = await pw.chromium.launch(
                 executable_path=cfg.chromium_path, args=launch_flags(cfg.chromium_flags), headless=True)
             self.browser.on("disconnected", lambda _b: self._on_browser_lost())
+            await self._start_popup_guard()
             self._chromium_pid = _newest_chromium()
             self._start_renderer_watch()
             self.browser_pss = await asyncio.to_thread(self._browser_pss)
@@ -136,6 +140,8 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
             t.cancel()
         if self.renderer_watch is not None:
             self.renderer_watch.stop()
+        if self.popup_guard is not None:
+            await self.popup_guard.close()
         with contextlib.suppress(Exception):
             if self.browser and not self.browser_lost:
                 async with asyncio.timeout(10):
@@ -234,6 +240,8 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
         except NoEpisode:
             reply = P.Reply(req.req_id, False, None, f"no open episode {req.episode_id!r} on this worker",
                             P.ERR_NO_EPISODE)
+        except CaptureFailed as exc:
+            reply = P.Reply(req.req_id, False, None, str(exc), P.ERR_CAPTURE)
         except Exception as exc:  # noqa: BLE001 - every request must get an answer
             if self.browser_lost:
                 reply = P.Reply(req.req_id, False, None, "the browser process died", P.ERR_BROWSER)
@@ -313,7 +321,12 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
                 await self._drop_context(slot)
                 raise
         slot.events.clear()  # a previous episode's late events are not this one's
-        slot.popups = 0
+        slot.popups = slot.refused = 0
+        try:
+            await self._count_popups(slot)
+        except Exception:
+            await self._drop_context(slot)
+            raise
         # The engine lists at most som_elements: boxes past those would show ids the model cannot use.
         cap = self.cfg.som_max_elements
         ep = Episode(slot, som=som, som_cap=min(cap, som_elements) if som_elements else cap,
@@ -352,10 +365,15 @@ class BrowserWorker(Observer, ContextPool, MemoryWatch, Leaving):
             return obs
 
     async def _new_tab(self, slot: ContextSlot) -> None:
-        """Open the context's episode tab (the worker's own page: not taken for a popup)."""
+        """Open the context's episode tab (the worker's own page: not taken for a popup, nor counted by the popup
+        guard once it counts the context's popups)."""
         slot.creating_page = True
         try:
+            guard = self.popup_guard if self.guarded.get(slot.context_id) is slot else None
+            if guard is not None:
+                await guard.expect_tab(slot.context_id)
             slot.page = await EpisodePage.create(slot.context, self.cfg, slot.events, self.netpolicy)
+            slot.page.guarded = guard is not None
         finally:
             slot.creating_page = False
 

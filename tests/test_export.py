@@ -6,16 +6,16 @@ The round trip: parsing a demonstration reply with the agent's own parser gives 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from click.testing import CliRunner
 
-from browserpool.pool import BrowserPool
 from engine._imgcodec import QWEN2_VL
 from engine.agent.actions import AgentAction
 from engine.agent.coords import CoordFrame, parse_action
@@ -32,16 +32,21 @@ from train.export import export_sharegpt
 TASKS = ["shop-024", "shop-009", "wiki-013"]  # 7 clicks and an answer; a type without clearing; three types
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def scripted_run(tmp_path_factory: pytest.TempPathFactory, sites: str, pool: BrowserPool) -> Path:
+@pytest.fixture(scope="module")
+def scripted_run(tmp_path_factory: pytest.TempPathFactory, sites: str) -> Iterator[Path]:
     tmp = tmp_path_factory.mktemp("scripted-run")
     lines = [line for line in BUNDLED_TASKS.read_text().splitlines() if json.loads(line)["task_id"] in TASKS]
     tasks = tmp / "tasks.jsonl"
     tasks.write_text("\n".join(lines) + "\n")
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=3, workers=1, telemetry=None)
-    _, run_dir = await run(cfg, make_policy("scripted"), sites, pool=pool)
+
+    async def go() -> Path:
+        _, run_dir = await run(cfg, make_policy("scripted"), sites)
+        return Path(run_dir)
+
+    run_dir = asyncio.run(go())
     assert all(r["status"] == "success" for r in read_records(run_dir))
-    return Path(run_dir)
+    yield run_dir
 
 
 def same_action(parsed: AgentAction, recorded: dict[str, Any]) -> bool:

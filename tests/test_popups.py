@@ -8,12 +8,14 @@ origin it touched, its cookies) is there when the next episode gets the same con
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
+import psutil
 import pytest
 import pytest_asyncio
 
@@ -21,6 +23,7 @@ from browserpool.config import WorkerConfig
 from browserpool.page import DIALOG_STORM, POPUP_STORM
 from browserpool.pool import BrowserPool, BrowserSession
 from browserpool.protocol import BrowserAction, NetSettings, Observation, PageEvent
+from browserpool.tab_events import refused_detail
 from browserpool.worker import BrowserWorker
 from tests.conftest import inproc_pool, open_session, until
 from tests.test_netpolicy import CountingServer, Fence
@@ -127,8 +130,10 @@ async def test_a_popup_past_the_shim_is_adopted_closed_and_its_context_dropped(
 
 
 async def test_popups_without_a_user_gesture_are_closed_not_adopted(
-        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     worker, pool = inproc
+    monkeypatch.setattr(worker.cfg, "max_popups", POPUP_STORM)  # all of them load (past the cap: the bomb's test)
     to = f"http://other.test:{other.port}/fixtures/popup_target.html"  # an origin only the popup loads
     opener = fixture_url(f"popup_onload.html?n={POPUP_STORM - 1}&to={quote(to, safe='')}")  # not a storm
     async with open_session(pool, opener) as (s1, obs, _f):
@@ -176,6 +181,129 @@ async def test_a_storm_of_popups_is_left_for_a_blank_page(
         obs = await act(s1, BrowserAction("navigate", url=fixture_url("click.html")))
         assert obs.title == "click" and obs.settle == "quiet"
     await assert_dropped(worker, pool, ctx, f"http://other.test:{other.port}/fixtures/storage.html")
+
+
+# The ways a page opens windows past the in-page shim, from the page and from a cross-site iframe (popup_bomb.html).
+BOMB_WAYS = ["link", "open", "form", "middle", "frame-link", "frame-open", "frame-form", "frame-middle"]
+
+
+def chromium_processes(worker: BrowserWorker) -> int:
+    return len(psutil.Process(worker._chromium_pid).children(recursive=True))
+
+
+async def test_a_popup_bomb_loads_at_most_max_popups_and_leaves_nothing_behind(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
+    """A page that opens 50 windows (links, document.open, forms, middle clicks; from the page and a cross-site
+    frame): only the episode's max_popups of them load, the rest are closed before they send a request and recorded;
+    the episode goes on, and neither a process nor a page of them outlives it. Before, all 50 loaded, each window a
+    page to set up and, across sites, a renderer of its own."""
+    worker, pool = inproc
+    cap = worker.cfg.max_popups
+    to = f"http://other.test:{other.port}/bomb"  # a path only the popups load
+    frame = f"http://other.test:{other.port}/fixtures/popup_bomb_frame.html"
+    url = fixture_url(f"popup_bomb.html?to={quote(to, safe='')}&frame={quote(frame, safe='')}")
+
+    def loaded() -> list[str]:
+        return [path for _, path, _ in other.requests if path.startswith("/bomb")]
+
+    before, peak = len(loaded()), 0
+    baseline = chromium_processes(worker)
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, chromium_processes(worker))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.ensure_future(sample())
+    events: list[PageEvent] = []
+    try:
+        async with open_session(pool, url) as (s, obs, _f):
+            slot = slot_of(worker, s)
+            ctx = slot.context
+            events += obs.events or []
+            assert await js(s, "frameReady") == [True]
+            for batch in range(10):  # 5 windows a step: under the storm's 10, so that the page stays and opens all
+                await js(s, f"bomb({BOMB_WAYS[batch % len(BOMB_WAYS)]!r}, {5 * batch}, 5)")
+                deadline, quiet = time.monotonic() + 15, False
+                while not quiet and time.monotonic() < deadline:
+                    seen = len(events)
+                    t0 = time.monotonic()
+                    obs = await act(s, BrowserAction("wait", seconds=0.2))
+                    assert obs.settle == "quiet" and time.monotonic() - t0 < 5, obs  # nothing waits on a refused one
+                    events += obs.events or []
+                    quiet = len(events) == seen and len([e for e in events if e.kind == "popup"]) >= 5 * (batch + 1)
+                assert quiet, (batch, events)
+            assert (obs.url, obs.title) == (url, "popup bomb"), (obs, events)  # the episode goes on where it was
+            assert await until(lambda: len(loaded()) - before >= min(cap, 50))
+            await act(s, BrowserAction("wait", seconds=0.5))  # time for one more to load, if any were let through
+            during = chromium_processes(worker)
+        assert len(loaded()) - before <= cap, f"{len(loaded()) - before} of 50 popups loaded (max_popups={cap})"
+        refused = [e for e in events if e.kind == "popup" and e.detail.startswith("refused")]
+        assert len(refused) == 50 - cap, events
+        assert {e.detail for e in refused} == {f"refused: past the episode's {cap} popups"}
+        assert len([e for e in events if e.kind == "popup" and e.detail == "closed"]) == cap, events
+        assert not [e for e in events if e.kind not in ("popup",)], events  # none dropped, no storm, no refusal
+        assert not [e for e in events if "windows opened in one step" in e.detail], events
+        # Its context is dropped: every process of the episode goes with it.
+        assert await until(lambda: ctx not in worker.browser.contexts)  # type: ignore[union-attr]
+        assert await until(lambda: chromium_processes(worker) <= baseline, 20), (baseline, chromium_processes(worker))
+    finally:
+        sampler.cancel()
+    print(f"\npopup bomb: {len(loaded()) - before} of 50 loaded (max_popups={cap}); Chromium processes before "
+          f"{baseline}, at most {peak} during, {during} at its end, {chromium_processes(worker)} after")
+    # The next episode on this worker sees nothing of them.
+    async with open_session(pool, fixture_url("click.html")) as (s2, obs, _f):
+        assert len(slot_of(worker, s2).context.pages) == 1 and not obs.events, obs.events
+        obs = await act(s2, BrowserAction("wait", seconds=0.3))
+        assert not obs.events and len(loaded()) - before <= cap
+
+
+@pytest.mark.parametrize(("page", "action"), ESCAPES,
+                         ids=[p.removeprefix("popup_").removesuffix(".html") for p, _ in ESCAPES])
+async def test_a_popup_past_the_cap_still_takes_the_tab_to_its_url(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer,
+        monkeypatch: pytest.MonkeyPatch, page: str, action: BrowserAction) -> None:
+    """With max_popups 0 no popup loads, yet the agent's own click on a link to a new window still takes the episode's
+    tab there: the URL is the window open's, not the popup's."""
+    worker, pool = inproc
+    monkeypatch.setattr(worker.cfg, "max_popups", 0)
+    to = f"{other.base_url}/fixtures/popup_target.html?past={page}"
+    async with open_session(pool, fixture_url(f"{page}?to={quote(to, safe='')}")) as (s, _obs, _f):
+        obs = await act(s, action)
+        assert obs.url == to and obs.title == "popup target", obs
+        assert PageEvent("popup", to, "adopted") in (obs.events or [])
+        obs = await act(s, BrowserAction("wait", seconds=0.3))
+        assert len(slot_of(worker, s).context.pages) == 1
+    path = to.removeprefix(other.base_url)
+    assert [p for _, p, _ in other.requests].count(path) == 1  # the tab's load: the popup never asked
+
+
+async def test_a_popup_guard_that_goes_away_has_its_browser_replaced(
+        inproc: tuple[BrowserWorker, BrowserPool], fixture_url: Callable[[str], str], other: CountingServer) -> None:
+    """Without its guard, every new window would wait for it: the worker drains and relaunches its browser (with a
+    guard of its own), and popups are bounded there as before."""
+    worker, pool = inproc
+    guard, recycles = worker.popup_guard, worker.browser_recycles
+    assert guard is not None
+    crash = asyncio.ensure_future(guard._command("Page.crash", {}))  # the guard's renderer dies (no answer comes)
+    try:
+        assert await until(lambda: worker.browser_recycles == recycles + 1, 30)
+    finally:
+        crash.cancel()
+        with contextlib.suppress(BaseException):
+            await crash
+    assert worker.popup_guard is not guard and not worker.draining
+    to = f"http://other.test:{other.port}/after-recycle"
+    n = worker.cfg.max_popups + 2
+    async with open_session(pool, fixture_url(f"popup_onload.html?n={n}&to={quote(to, safe='')}")) as (s, obs, _f):
+        events = list(obs.events or [])
+        deadline = time.monotonic() + 10
+        while len([e for e in events if e.kind == "popup"]) < n and time.monotonic() < deadline:
+            events += (await act(s, BrowserAction("wait", seconds=0.2))).events or []
+        cap = worker.cfg.max_popups
+        assert sorted(e.detail for e in events if e.kind == "popup") == ["closed"] * cap + [refused_detail(cap)] * 2
+        assert await until(lambda: len([p for _, p, _ in other.requests if p.startswith("/after-recycle")]) == cap)
 
 
 async def test_a_popup_not_reported_yet_is_seen_in_the_browser(

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 torch = pytest.importorskip("torch")
 
 import train.samples as samples_mod  # noqa: E402
-from browserpool.pool import BrowserPool  # noqa: E402
 from engine.agent.model_api import ChatRequest, Generation, SamplingParams, image_refs  # noqa: E402
 from engine.clients.runner import run  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
@@ -53,17 +52,23 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "qwen3_vl", "qwen3_vl")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, sites: str, pool: BrowserPool) -> Path:
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, sites: str) -> Iterator[Path]:
     """Two bundled tasks (10 steps each: the tiny model never answers) with the hf backend, sampling at
     temperature 0.7 and top_p 0.9 (the recorded log-probs are the model's own distribution all the same)."""
+    import asyncio
+
     tmp = tmp_path_factory.mktemp("hf-run")
     tasks = task_file(tmp / "tasks.jsonl", ["wiki-001", "travel-001"])
     cfg = RunConfig(tasks=str(tasks), output_dir=str(tmp / "runs"), concurrency=2, workers=1, telemetry=None)
     policy = make_policy("hf", sampling=SamplingParams(max_tokens=8, seed=0, temperature=0.7, top_p=0.9),
                          backend=BackendConfig(model=str(tiny_model), device="cpu", max_batch=2))
-    _, run_dir = await run(cfg, policy, sites, pool=pool)
-    return Path(run_dir)
+
+    async def go() -> Path:
+        _, run_dir = await run(cfg, policy, sites)
+        return Path(run_dir)
+
+    yield asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,7 @@ class RecordErrorKind(StrEnum):
     BROWSER_NO_EPISODE = "browser_no_episode"
     BROWSER_BROWSER = "browser_browser"
     BROWSER_TOO_LARGE = "browser_too_large"
+    BROWSER_CAPTURE = "browser_capture"  # Chromium refused the screenshot on every try
     BROWSER_INTERNAL = "browser_internal"
     # The page's renderer grew past the worker's page_memory_mib while the episode ran, and was ended.
     PAGE_MEMORY = "page_memory"
