@@ -72,10 +72,11 @@ def test_a_ring_touches_only_the_memory_of_the_frames_in_flight() -> None:
     same few slots (warm in the caches), and the segment's memory (allocated page by page, on first touch) stays
     that of those slots however large the ring is and however many frames pass through it."""
     big = SlotRing(256, 64 << 10)
+    frames = [frame(60_000, seed) for seed in range(7)]  # made once: 2,000 of them cost the test 15 s of CPU
     try:
         held = []
         for i in range(2000):
-            ref = big.write(frame(60_000, i % 7))
+            ref = big.write(frames[i % 7])
             assert ref is not None
             held.append(ref)
             if len(held) == 2:  # the previous frame is handed back once the next one is in
