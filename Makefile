@@ -17,28 +17,28 @@ PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool polic
 run: setup
 	$(VENV)/bin/webgym-engine run
 
-# The one-way import rule and the type check first (both configured in pyproject.toml; docs/architecture.md), then
-# the tests: in
-# TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests in one process (its
-# module fixtures start once), the slowest files first (tests/conftest.py); the tests that assert an upper bound on
-# elapsed time after them, alone.
+# First, at once: the one-way import rule and the type check (both configured in pyproject.toml;
+# docs/architecture.md), and the veRL and AReaL adapters' tests, each in its framework's environment (built when
+# missing; they wait on imports and their stand-in servers more than they compute, and the type check takes one
+# core). Then the tests: in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
+# in one process (its module fixtures start once), the slowest files first (tests/conftest.py); the tests that
+# assert an upper bound on elapsed time after them, alone.
 # TEST_REPORT=PREFIX writes each phase's JUnit report to PREFIX-PHASE.xml (`python -m bench.test_time` reads them).
 TEST_PROCS ?= 2
 TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
-test: setup frameworks
-	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/mypy
+test: setup
+	$(MAKE) --no-print-directory -j3 --output-sync=target check test-verl test-areal
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-verl test-areal
 
-# The veRL and AReaL adapters' tests, each in its framework's environment; `make test` runs the two at once (they
-# wait on imports and their stand-in servers more than they compute).
-.PHONY: test-verl test-areal
-test-verl:
+.PHONY: check test-verl test-areal
+check: setup
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
+test-verl: .venv-verl/.installed
 	.venv-verl/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_verl.py $(call junit,verl)
-test-areal:
+test-areal: .venv-areal/.installed
 	.venv-areal/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_areal.py $(call junit,areal)
 
 setup: system $(STAMP)

@@ -7,8 +7,8 @@ is removed afterwards, so this also shows that the committed files alone install
 ``--here`` runs ``make test`` in this checkout instead (its setup a no-op).
 
 ``make test`` builds the trainer frameworks' environments (``.venv-verl``, ``.venv-areal``; with a uv cache of its
-own, empty, on a fresh clone), runs the import-layering check, then the tests in ``TEST_PROCS`` processes, then the
-timing tests alone, then the veRL and AReaL adapters' tests in their environments (the two at once); each pytest
+own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them beside the import-layering and type
+checks (all at once), then the tests in ``TEST_PROCS`` processes, then the timing tests alone; each pytest
 phase writes a JUnit report (``TEST_REPORT``), from which come the test counts, each phase's time and every test
 file's time (``files``, slowest first: ``tests/conftest.py`` starts the files in that order).
 
@@ -120,11 +120,11 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
                            "already present)", measured["setup_s"], "s"))
     summary += [
         row("make test, from start to end", measured["test_s"], "s", f"<= {BUDGET_S}", measured["test_s"] <= BUDGET_S),
+        # The two run at once, beside the type check: the longer one is what they take.
+        row("first the veRL and AReaL tests in their own environments, at once", max(p.seconds for p in frameworks),
+            "s"),
         row(f"the tests in {procs} processes", par.seconds, "s"),
         row("then the timing tests alone", wall.seconds, "s"),
-        # The two run at once (make -j2): the longer one is what they add.
-        row("then the veRL and AReaL tests in their own environments, at once", max(p.seconds for p in frameworks),
-            "s"),
         row("tests passed", sum(p.passed for p in phases.values()), "tests"),
         row("tests skipped", sum(p.skipped for p in phases.values()), "tests"),
         row("tests failed", failed, "tests", "<= 0", failed == 0),

@@ -176,10 +176,11 @@ def test_the_test_time_figures_come_from_a_real_pytest_junit_report(tmp_path: Pa
     assert rows["tests failed"]["value"] == 1 and rows["tests failed"]["met"] is False
     assert rows["tests passed"]["value"] == 11
     # The two run at once: the longer is what they add.
-    assert rows["then the veRL and AReaL tests in their own environments, at once"]["value"] == 20.0
+    assert rows["first the veRL and AReaL tests in their own environments, at once"]["value"] == 20.0
     assert [f["file"] for f in data["files"]] == ["tests/f/test_a.py", "tests/f/test_v.py", "tests/test_t.py",
                                                           "tests/test_mixed.py"]
     text = render_block("test-time", {"test_time": {**data, "machine": {"cores": 2, "git_revision": "abc1234"}}})
     assert "1,000 s on a fresh clone of code abc1234, after 200 s of install (" in text.replace("\n", " ")
     assert "11 tests passed, 1 failed and 1 skipped" in text.replace("\n", " ")
-    assert "then 20 s for the veRL and AReaL tests in their own environments (at once)" in text.replace("\n", " ")
+    assert "first 20 s for the veRL and AReaL tests in their own environments (at once, beside the type check), then" \
+        in text.replace("\n", " ")
