@@ -47,15 +47,16 @@ _TEST_TIME = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "t
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order the files for ``make test``'s processes (``--dist loadfile --no-loadscope-reorder``, each file whole in
     one process): the longest first, by the stored timing, so that no long file starts last and runs on alone while
-    the other process sits idle. A file the timing does not know yet (a new one) goes first, the most tests first:
-    started early, a long one cannot end the run alone, and a short one costs nothing there."""
+    the other process sits idle; then the files the timing does not know (new ones, or all but the slowest in a
+    timing stored before every file's time was), the most tests first."""
     try:
-        stored = {f["file"]: float(f["seconds"]) for f in json.loads(_TEST_TIME.read_text())["files"]}
+        data = json.loads(_TEST_TIME.read_text())
+        stored = {f["file"]: float(f["seconds"]) for f in data.get("files") or data["slowest_files"]}
     except (OSError, ValueError, KeyError, TypeError):
         stored = {}
     counts = collections.Counter(item.location[0] for item in items)
-    items.sort(key=lambda item: (item.location[0] in stored, -stored.get(item.location[0], counts[item.location[0]]),
-                                 item.location[0]))
+    items.sort(key=lambda item: (item.location[0] not in stored,
+                                 -stored.get(item.location[0], counts[item.location[0]]), item.location[0]))
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
