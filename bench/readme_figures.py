@@ -429,27 +429,23 @@ def grpo_demo(store: Store) -> list[str]:
     lines = [f"Measured (`python -m bench.grpo_demo`, stored in "
              f"[docs/benchmarks/grpo_demo.json](docs/benchmarks/grpo_demo.json), {num_text(d['wall_s'] / 60)} min on "
              f"{d['machine'].get('cores')} cores): " + "; ".join(parts) + "."]
-    if len(d.get("repeats") or []) > 1:
-        lines.append(_repeat_spread(d["repeats"], "runs of the whole demonstration") + ".")
+    repeats = d.get("repeats") or []
+    if len(repeats) > 1:
+        n, g = len(repeats), [r["runs"]["grpo"] for r in repeats]
+
+        def signed(values: list[float]) -> str:
+            return f"{min(values):+.2f} to {max(values):+.2f}"
+
+        spread = (f"Over {n} runs of the whole demonstration ({span([r['wall_s'] / 60 for r in repeats])} min each): "
+                  f"S0 {span([100 * x['s0'] for x in g], '%')}, S1 {span([100 * x['s1'] for x in g], '%')}, GRPO's "
+                  f"gain {signed([x['gain'] for x in g])}, its interval excluding 0 in "
+                  f"{sum(x['interval_95'][0] > 0 for x in g)} of {n}")
+        if all("control" in r["runs"] for r in repeats):
+            c = [r["runs"]["control"] for r in repeats]
+            spread += (f"; the control's gain {signed([x['gain'] for x in c])}, no rise (its interval's low end <= 0) "
+                       f"in {sum(x['interval_95'][0] <= 0 for x in c)} of {n}")
+        lines.append(spread + ".")
     return lines
-
-
-def _repeat_spread(repeats: list[dict[str, Any]], what: str) -> str:
-    """Repeated demonstrations in words: their wall time, S0, S1 and GRPO's gain, and the control's."""
-    n, g = len(repeats), [r["runs"]["grpo"] for r in repeats]
-
-    def signed(values: list[float]) -> str:
-        return f"{min(values):+.2f} to {max(values):+.2f}"
-
-    spread = (f"Over {n} {what} ({span([r['wall_s'] / 60 for r in repeats])} min each): "
-              f"S0 {span([100 * x['s0'] for x in g], '%')}, S1 {span([100 * x['s1'] for x in g], '%')}, GRPO's "
-              f"gain {signed([x['gain'] for x in g])}, its interval excluding 0 in "
-              f"{sum(x['interval_95'][0] > 0 for x in g)} of {n}")
-    if all("control" in r["runs"] for r in repeats):
-        c = [r["runs"]["control"] for r in repeats]
-        spread += (f"; the control's gain {signed([x['gain'] for x in c])}, no rise (its interval's low end <= 0) "
-                   f"in {sum(x['interval_95'][0] <= 0 for x in c)} of {n}")
-    return spread
 
 
 def request_rules(store: Store) -> list[str]:
@@ -629,20 +625,14 @@ def test_time(store: Store) -> list[str]:
     def count(key: str) -> int:
         return sum(int(p[key]) for p in phases.values())
 
-    # The framework tests ran first, beside the type check; a result stored before that ran them last.
-    first = then = ""
-    if any(name.startswith("first the veRL") for name in rows):
-        first = (f"first {seconds('first the veRL')} for the veRL and AReaL tests in their own environments (at "
-                 "once, beside the type check), then ")
-    elif any(name.startswith("then the veRL") for name in rows):
-        then = f", then {seconds('then the veRL')} for the veRL and AReaL tests in their own environments (at once)"
     return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "
             f"{seconds('make test')} on {where} of code {m.get('git_revision') or 'of an unknown revision'}, "
             f"{install}with {count('passed'):,} tests passed, {count('failed')} failed and {count('skipped')} "
-            f"skipped: {first}{seconds('the tests in')} for the tests in {data['config']['procs']} pytest "
-            f"processes, then {seconds('then the timing')} for the {phases['wallclock']['tests']} timing tests "
-            f"alone{then} ([docs/benchmarks/test_time.json](docs/benchmarks/test_time.json), `python -m "
-            "bench.test_time`)."]
+            f"skipped: first {seconds('first the veRL')} for the veRL and AReaL tests in their own environments (at "
+            f"once, beside the type check), then {seconds('the tests in')} for the tests in "
+            f"{data['config']['procs']} pytest processes, then {seconds('then the timing')} for the "
+            f"{phases['wallclock']['tests']} timing tests alone "
+            "([docs/benchmarks/test_time.json](docs/benchmarks/test_time.json), `python -m bench.test_time`)."]
 
 
 _BUCKET_NAMES = {"input": "input", "script": "script", "style_layout": "style and layout", "paint": "paint",

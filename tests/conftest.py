@@ -47,11 +47,9 @@ _TEST_TIME = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "t
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order the files for ``make test``'s processes (``--dist loadfile --no-loadscope-reorder``, each file whole in
     one process): the longest first, by the stored timing, so that no long file starts last and runs on alone while
-    the other process sits idle; then the files the timing does not know (new ones, or all but the slowest in a
-    timing stored before every file's time was), the most tests first."""
+    the other process sits idle; then the files the timing does not know yet (new ones), the most tests first."""
     try:
-        data = json.loads(_TEST_TIME.read_text())
-        stored = {f["file"]: float(f["seconds"]) for f in data.get("files") or data["slowest_files"]}
+        stored = {f["file"]: float(f["seconds"]) for f in json.loads(_TEST_TIME.read_text())["files"]}
     except (OSError, ValueError, KeyError, TypeError):
         stored = {}
     counts = collections.Counter(item.location[0] for item in items)
