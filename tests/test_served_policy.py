@@ -55,8 +55,10 @@ async def test_push_changes_the_served_weights_and_labels_every_reply(models: tu
             await sync.start()
             before = await client.generate(chat(0))
             assert before.policy_version == 0
-            # Requests in flight when the push begins: aborted and sent again (abort), or finished first (wait).
-            server.generation_delay_s = 0.3
+            # Requests in flight when the push begins: aborted and sent again (abort), or finished first (wait). An
+            # aborted request answers at once, so abort's may take long: under load, 0.3 s let some finish before the
+            # push began.
+            server.generation_delay_s = 5.0 if mode == "abort" else 0.3
             in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(1, 5)]
             await asyncio.sleep(0.1)
             report = await sync.push(second, 1)
