@@ -119,6 +119,7 @@ class OpenAIModel(LanguageModel):
         self.max_reply_bytes = max_reply_bytes
         self.version: int | None = None  # the served weights' version, as set by release()
         self._open = asyncio.Event()  # cleared by hold(): no request is sent during a weight push
+        self._refused: str | None = None  # set by refuse(): why no request is sent any more
         self._open.set()
         self._epoch = 0  # hold() count: a request remembers the epoch it was sent in
         self._resend_before = 0  # a request sent in an earlier epoch than this is sent again (abort mode)
@@ -189,6 +190,12 @@ class OpenAIModel(LanguageModel):
             self.version = version
         self._open.set()
 
+    def refuse(self, reason: str) -> None:
+        """Send no request from now on: each one, held or new, raises PolicyError(``reason``) (a failed weight
+        push left the server's weights of no known version)."""
+        self._refused = reason
+        self._open.set()
+
     # -- generation --------------------------------------------------------------------------------------
 
     async def generate(self, request: ChatRequest) -> Generation:
@@ -221,6 +228,8 @@ class OpenAIModel(LanguageModel):
             if self._session is None:  # closed between attempts
                 raise PolicyError(f"request {request.request_id}: OpenAIModel closed")
             await self._open.wait()
+            if self._refused is not None:
+                raise PolicyError(f"request {request.request_id}: {self._refused}")
             epoch, version = self._epoch, self.version
             try:
                 async with self._semaphore:

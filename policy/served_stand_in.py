@@ -6,11 +6,15 @@ vLLM and SGLang need a GPU. :class:`ServedStandInServer` serves a small in-proce
 the loop's pushes (``policy.weight_sync``) go through the same HTTP calls they make against vLLM or SGLang. It is
 for CPU runs, demos and tests, not a production inference server.
 
-- ``flavor="vllm"`` (vLLM's weight-transfer API with the ``disk`` backend, ``VLLM_SERVER_DEV_MODE=1``):
-  ``POST /init_weight_transfer_engine`` ``{"init_info": {}}``, ``/start_weight_update``, ``/update_weights``
-  ``{"update_info": {"path": DIR}}``, ``/finish_weight_update`` ``{"weight_version": V}``,
-  ``/update_weight_version`` ``{"new_version": V}``, ``GET /weight_info``; ``POST /pause?mode=abort|wait``,
-  ``/resume``, ``GET /is_paused``. Replies carry no version (vLLM's chat replies do not).
+- ``flavor="vllm"`` (vLLM 0.32's control routes under ``VLLM_SERVER_DEV_MODE=1``): ``POST /pause?mode=abort|wait``,
+  ``/resume``, ``GET /is_paused``, ``POST /collective_rpc`` with ``reload_weights`` (``{"method":
+  "reload_weights", "kwargs": {"weights_path": DIR}}``), ``/update_weight_version`` ``{"new_version": V}``,
+  ``GET /weight_info`` (the first label is ``"default"``), ``GET /server_info`` (its config's
+  ``weight_transfer_config``). With ``weight_transfer="disk"`` (a vLLM build with the ``disk`` backend, started
+  with ``--weight-transfer-config '{"backend": "disk"}'``) also ``POST /init_weight_transfer_engine``
+  ``{"init_info": {}}``, ``/start_weight_update``, ``/update_weights`` ``{"update_info": {"path": DIR}}`` and
+  ``/finish_weight_update`` ``{"weight_version": V}``. A failed weight call answers 500 and closes its connection,
+  as vLLM does. Replies carry no version (vLLM's chat replies do not).
 - ``flavor="sglang"``: ``POST /update_weights_from_disk`` (``model_path``, ``weight_version``,
   ``abort_all_requests``, ``flush_cache``), ``/update_weight_version``, ``GET /model_info``,
   ``POST /pause_generation`` ``{"mode": "abort"}``, ``/continue_generation``; every reply carries
@@ -50,14 +54,17 @@ class ServedStandInServer(OpenAIStandInServer):
 
     def __init__(self, model: HFModel, flavor: str = "vllm", served_model_name: str = "policy", *,
                  host: str = "127.0.0.1", port: int = 0, reasoning_parser: bool = False,
-                 allowed_media_dir: str | Path | None = None) -> None:
+                 allowed_media_dir: str | Path | None = None, weight_transfer: str | None = None) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}")
+        if weight_transfer is not None and flavor != "vllm":
+            raise ValueError("weight_transfer is a vLLM setting")
         super().__init__(model, served_model_name, host=host, port=port, reasoning_parser=reasoning_parser,
                          allowed_media_dir=allowed_media_dir)
         self.hf = model
         self.flavor = flavor
-        self.weight_version: str | None = None if flavor == "vllm" else "default"  # the servers' start labels
+        self.weight_transfer = weight_transfer  # vLLM's --weight-transfer-config backend (None: not given)
+        self.weight_version: str | None = "default"  # both servers' label before any update
         self.updates: list[tuple[str, str | None]] = []  # (checkpoint path, version label) per weight update
         self.aborted = 0
         self._running = asyncio.Event()  # cleared while paused: new generations wait
@@ -152,7 +159,7 @@ class ServedStandInServer(OpenAIStandInServer):
     async def _load(self, path: str) -> None:
         checkpoint = Path(path)
         if not checkpoint.is_absolute() or not checkpoint.is_dir():
-            raise web.HTTPBadRequest(text=f"{path!r} is not an absolute checkpoint directory")
+            raise ValueError(f"{path!r} is not an absolute checkpoint directory")
         # HFModel numbers versions as ints; the server's own label is self.weight_version.
         await self.hf.load_weights(checkpoint, len(self.updates) + 1)
         self.updates.append((str(checkpoint), None))
@@ -170,6 +177,8 @@ class ServedStandInServer(OpenAIStandInServer):
             app.router.add_post("/pause", self._vllm_pause)
             app.router.add_post("/resume", self._resume)
             app.router.add_get("/is_paused", self._is_paused)
+            app.router.add_post("/collective_rpc", self._vllm_rpc)
+            app.router.add_get("/server_info", self._vllm_server_info)
             app.router.add_post("/init_weight_transfer_engine", self._vllm_init)
             app.router.add_post("/start_weight_update", self._vllm_start)
             app.router.add_post("/update_weights", self._vllm_update)
@@ -196,10 +205,30 @@ class ServedStandInServer(OpenAIStandInServer):
     async def _is_paused(self, request: web.Request) -> web.Response:
         return web.json_response({"is_paused": not self._running.is_set()})
 
-    async def _vllm_init(self, request: web.Request) -> web.Response:
+    async def _vllm_rpc(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not isinstance(body, dict) or body.get("method") is None:
+            return error_response(400, "Missing 'method' in request body")
+        kwargs = body.get("kwargs") or {}
+        if body["method"] != "reload_weights" or not isinstance(kwargs, dict):
+            return await _server_error(request, f"this stand-in runs reload_weights only, not {body['method']!r}")
+        try:
+            await self._load(str(kwargs.get("weights_path")))
+        except Exception as exc:  # vLLM's worker raises; its server answers 500
+            return await _server_error(request, f"reload_weights failed: {type(exc).__name__}: {exc}")
+        return web.json_response({"results": [None]})
+
+    async def _vllm_server_info(self, request: web.Request) -> web.Response:
+        transfer = None if self.weight_transfer is None else {"backend": self.weight_transfer}
+        return web.json_response({"vllm_config": {"weight_transfer_config": transfer}})
+
+    async def _vllm_init(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         if not isinstance(body, dict) or body.get("init_info") is None:
             return error_response(400, "Missing 'init_info' in request body")
+        if self.weight_transfer != "disk":  # the default backend (nccl) wants a rendezvous address
+            backend = self.weight_transfer or "nccl"
+            return await _server_error(request, f"the {backend} weight-transfer backend needs a rendezvous")
         self._transfer_ready = True
         return web.json_response({"message": "Weight transfer initialized"})
 
@@ -209,14 +238,17 @@ class ServedStandInServer(OpenAIStandInServer):
         self._update_open = True
         return web.json_response({"message": "Weight update started"})
 
-    async def _vllm_update(self, request: web.Request) -> web.Response:
+    async def _vllm_update(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         info = body.get("update_info") if isinstance(body, dict) else None
         if not self._update_open:
             return error_response(400, "update_weights outside start_weight_update / finish_weight_update")
         if not isinstance(info, dict) or not isinstance(info.get("path"), str):
             return error_response(400, "Missing 'update_info' with a 'path' in request body")
-        await self._load(info["path"])
+        try:
+            await self._load(info["path"])
+        except Exception as exc:
+            return await _server_error(request, f"update_weights failed: {type(exc).__name__}: {exc}")
         return web.json_response({"message": "Weights updated"})
 
     async def _vllm_finish(self, request: web.Request) -> web.Response:
@@ -232,6 +264,8 @@ class ServedStandInServer(OpenAIStandInServer):
 
     async def _set_version(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.updates and self.updates[-1][1] is None:  # the label of a reload_weights that came before
+            self._label_last_update(body["new_version"])
         self.weight_version = str(body["new_version"])
         return web.json_response({"success": True, "new_version": self.weight_version})
 
@@ -240,9 +274,12 @@ class ServedStandInServer(OpenAIStandInServer):
         # SGLang holds new requests and lets running ones finish (or aborts them) before loading.
         await self._pause("abort" if body.get("abort_all_requests") else "wait")
         try:
-            await self._load(body["model_path"])
+            await self._load(str(body.get("model_path")))
             if body.get("weight_version") is not None:
                 self._label_last_update(body["weight_version"])
+        except Exception as exc:  # SGLang answers a failed load with success false and HTTP 400
+            return web.json_response({"success": False, "message": f"{type(exc).__name__}: {exc}",
+                                      "num_paused_requests": 0}, status=400)
         finally:
             self._running.set()
         return web.json_response({"success": True, "message": "Succeeded to update model weights.",
@@ -256,6 +293,17 @@ class ServedStandInServer(OpenAIStandInServer):
         body = await request.json()
         await self._pause(body.get("mode", "abort"))
         return web.json_response({"status": "paused"})
+
+
+async def _server_error(request: web.Request, message: str) -> web.StreamResponse:
+    """A 500, then the connection closed without a word, as vLLM's server answers an exception in a control route
+    (its reply keeps the connection alive; a client that sends the next call on it meets a closed socket)."""
+    response = error_response(500, message)
+    await response.prepare(request)
+    await response.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return response
 
 
 def _discard(task: asyncio.Future[Any]) -> None:

@@ -4,11 +4,15 @@ The RL loop (:mod:`train.loop`) calls :meth:`WeightSync.push` after every update
 wrote (a Hugging Face model directory) and the new policy version:
 
 - :class:`InProcessSync`: the in-process ``hf`` backend swaps the weights between two generate calls.
-- :class:`VLLMDiskSync`: ``vllm serve`` with vLLM's weight-transfer API and its ``disk`` backend (vLLM's
-  ``docs/training/weight_transfer``, the HTTP control endpoints of ``VLLM_SERVER_DEV_MODE=1``):
-  ``POST /pause?mode=abort|wait``, ``/start_weight_update``, ``/update_weights`` with
-  ``{"update_info": {"path": CHECKPOINT}}``, ``/finish_weight_update`` with ``{"weight_version": "N"}``,
-  ``POST /resume``; the served version is read back from ``GET /weight_info``.
+- :class:`VLLMSync`: ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` (its control routes). At start it reads the
+  server's weight-transfer backend from ``GET /server_info?config_format=json``. Released vLLM (0.32: backends
+  nccl, ipc and others that move tensors, no ``disk``) reloads the checkpoint through
+  ``POST /collective_rpc`` ``{"method": "reload_weights", "kwargs": {"weights_path": CHECKPOINT}}`` and labels it
+  with ``/update_weight_version``; a server started with ``--weight-transfer-config '{"backend": "disk"}'`` (a
+  vLLM build with that backend) gets its weight-transfer calls: ``/init_weight_transfer_engine`` at start, then
+  ``/start_weight_update``, ``/update_weights`` ``{"update_info": {"path": CHECKPOINT}}``,
+  ``/finish_weight_update`` with the label. Either way inside ``POST /pause?mode=abort|wait`` ... ``/resume``;
+  the served version is read back from ``GET /weight_info``.
 - :class:`SGLangDiskSync`: SGLang's ``POST /update_weights_from_disk`` (``model_path``, ``weight_version``,
   ``abort_all_requests``, ``flush_cache``; SGLang's "SGLang for RL" guide); the served version is read back from
   ``GET /model_info``, and every chat reply carries it (``metadata.weight_version``).
@@ -20,8 +24,13 @@ request with its partial output; a chat request's partial reply cannot be contin
 reply from one version keeps every recorded token's version exact. The client side of both (no request sent
 during a push; aborted ones sent again) is :meth:`policy.openai_backend.OpenAIModel.hold`.
 
-Checkpoints must be on storage every server sees at the same absolute path (vLLM's disk backend requires an
-absolute local directory of safetensors files).
+Checkpoints must be on storage every server sees at the same absolute path (vLLM loads an absolute local
+directory of safetensors files).
+
+A push that fails (a missing or corrupt checkpoint, a server that answers 500 or drops the connection) raises
+:class:`PolicyError` and stops the loop; the servers are resumed on a fresh connection (vLLM closes the one a 500
+came on), or the error says which one may be left paused. The clients are then closed to requests: what they
+would answer comes from weights of unknown version, and nothing is recorded under a version it is not.
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ from policy.openai_backend import OpenAIModel
 PushMode = Literal["abort", "wait"]
 PUSH_MODES: tuple[PushMode, ...] = get_args(PushMode)
 SERVER_KINDS = ("vllm", "sglang")
+#: How a vLLM server loads a checkpoint: its ``disk`` weight-transfer backend, or ``reload_weights`` (every release).
+VLLMUpdate = Literal["disk", "reload"]
+RESUME_TRIES = 3
 
 
 @dataclass
@@ -130,17 +142,26 @@ class ServerSync(WeightSync):
         in_flight = sum(await asyncio.gather(*(m.hold(drain=self.mode == "wait") for m in self.models)))
         t1 = time.monotonic()
         try:
-            await asyncio.gather(*(self._update(m, path, version) for m in self.models))
+            results = await asyncio.gather(*(self._update(m, path, version) for m in self.models),
+                                           return_exceptions=True)
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                raise failed[0]
             served = await asyncio.gather(*(self.served_version(m) for m in self.models))
             wrong = [(m.base_url, v) for m, v in zip(self.models, served, strict=True) if v != str(version)]
             if wrong:
                 raise PolicyError(f"weight push: servers report other versions than {version}: {wrong}")
-        finally:
-            update_s = time.monotonic() - t1
-            # Counted before the release: an aborted request is counted when its (thrown away) reply arrives.
-            resent = sum(m.resent for m in self.models) - resent_before
-            for model in self.models:  # on failure too: the loop then stops with the error, nothing hangs
-                model.release(version)
+        except BaseException as exc:
+            # The served weights are now of no known version: the held requests, and any later one, fail rather
+            # than be recorded under a version they are not (the loop stops with this error).
+            for model in self.models:
+                model.refuse(f"the weight push of version {version} failed: {exc}")
+            raise
+        update_s = time.monotonic() - t1
+        # Counted before the release: an aborted request is counted when its (thrown away) reply arrives.
+        resent = sum(m.resent for m in self.models) - resent_before
+        for model in self.models:
+            model.release(version)
         return PushReport(version=version, held_s=time.monotonic() - t0, update_s=update_s, in_flight=in_flight,
                           resent=resent)
 
@@ -160,14 +181,35 @@ class ServerSync(WeightSync):
         raise NotImplementedError
 
 
-class VLLMDiskSync(ServerSync):
-    """``vllm serve`` with ``--weight-transfer-config '{"backend": "disk"}'`` and ``VLLM_SERVER_DEV_MODE=1``."""
+class VLLMSync(ServerSync):
+    """``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1``: ``reload_weights``, or the ``disk`` weight-transfer backend
+    where the server has it (see the module docstring)."""
+
+    def __init__(self, models: list[OpenAIModel], mode: PushMode = "abort", timeout_s: float = 600.0) -> None:
+        super().__init__(models, mode, timeout_s)
+        self.updates: dict[str, VLLMUpdate] = {}  # by server root, read at start
 
     async def start(self) -> None:
+        kinds = await asyncio.gather(*(self._update_kind(m) for m in self.models))
+        self.updates = {self.root(m): kind for m, kind in zip(self.models, kinds, strict=True)}
         # The disk backend needs no rendezvous: its init handshake carries an empty init_info.
         await asyncio.gather(*(self._call("POST", f"{self.root(m)}/init_weight_transfer_engine",
-                                          json={"init_info": {}}) for m in self.models))
+                                          json={"init_info": {}})
+                               for m in self.models if self.updates[self.root(m)] == "disk"))
         await super().start()
+
+    async def _update_kind(self, model: OpenAIModel) -> VLLMUpdate:
+        """``disk`` if the server was started with that weight-transfer backend, else ``reload``."""
+        root = self.root(model)
+        try:
+            info = await self._call("GET", f"{root}/server_info", params={"config_format": "json"})
+        except PolicyError as exc:
+            raise PolicyError(f"weight push: {root} has no control routes (start vLLM with VLLM_SERVER_DEV_MODE=1): "
+                              f"{exc}") from exc
+        config = info.get("vllm_config") if isinstance(info, dict) else None
+        transfer = config.get("weight_transfer_config") if isinstance(config, dict) else None
+        backend = transfer.get("backend") if isinstance(transfer, dict) else None
+        return "disk" if backend == "disk" else "reload"
 
     async def _label(self, model: OpenAIModel, version: int) -> None:
         await self._call("POST", f"{self.root(model)}/update_weight_version", json={"new_version": str(version)})
@@ -176,11 +218,37 @@ class VLLMDiskSync(ServerSync):
         root = self.root(model)
         await self._call("POST", f"{root}/pause", params={"mode": self.mode})
         try:
-            await self._call("POST", f"{root}/start_weight_update")
-            await self._call("POST", f"{root}/update_weights", json={"update_info": {"path": str(path)}})
-            await self._call("POST", f"{root}/finish_weight_update", json={"weight_version": str(version)})
-        finally:
-            await self._call("POST", f"{root}/resume")
+            if self.updates.get(root) == "disk":
+                await self._call("POST", f"{root}/start_weight_update")
+                await self._call("POST", f"{root}/update_weights", json={"update_info": {"path": str(path)}})
+                await self._call("POST", f"{root}/finish_weight_update", json={"weight_version": str(version)})
+            else:
+                await self._call("POST", f"{root}/collective_rpc",
+                                 json={"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+                await self._label(model, version)
+        except PolicyError as exc:
+            try:
+                await self._resume(root)
+            except PolicyError as stuck:
+                raise PolicyError(f"{exc}; {stuck}") from exc
+            raise PolicyError(f"{exc} ({root} resumed, its weights of unknown version)") from exc
+        await self._resume(root)
+
+    async def _resume(self, root: str) -> None:
+        """``POST /resume`` on a connection of its own, tried again: vLLM closes the one an error came on."""
+        cause = ""
+        for attempt in range(RESUME_TRIES):
+            try:
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session, \
+                        session.post(f"{root}/resume") as resp:
+                    if resp.status == 200:
+                        return
+                    cause = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                cause = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(0.5 * 2 ** attempt)
+        raise PolicyError(f"weight push: {root} may be left paused (POST /resume failed {RESUME_TRIES} times; last: "
+                          f"{cause})")
 
     async def served_version(self, model: OpenAIModel) -> str | None:
         info = await self._call("GET", f"{self.root(model)}/weight_info")
@@ -215,7 +283,7 @@ def _version_label(info: Any) -> str | None:
 def server_sync(kind: str, models: list[OpenAIModel], mode: PushMode = "abort") -> ServerSync:
     """The push for ``kind`` (``vllm`` or ``sglang``) servers."""
     if kind == "vllm":
-        return VLLMDiskSync(models, mode)
+        return VLLMSync(models, mode)
     if kind == "sglang":
         return SGLangDiskSync(models, mode)
     raise ValueError(f"server kind must be one of {SERVER_KINDS}, not {kind!r}")

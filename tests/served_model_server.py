@@ -1,8 +1,9 @@
 """A test server for served models: the vLLM / SGLang stand-in with the tests' hooks.
 
 :class:`ServedModelTestServer` is :class:`policy.served_stand_in.ServedStandInServer` (the OpenAI protocol over
-real HTTP around the in-process ``hf`` backend of a tiny model, with vLLM's weight-transfer endpoints or SGLang's
-update_weights_from_disk, pause and abort, version labels and idle-time measurement) plus the chat test server's
+real HTTP around the in-process ``hf`` backend of a tiny model, with vLLM's control routes (``reload_weights``, or
+the ``disk`` weight-transfer calls) or SGLang's update_weights_from_disk, pause and abort, version labels and
+idle-time measurement) plus the chat test server's
 fault injection (:class:`tests.chat_test_server.FaultInjectingServer`) and ``generation_delay_s``, which keeps
 requests in flight for tests of what a push does to them.
 """

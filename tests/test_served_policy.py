@@ -1,15 +1,19 @@
 """The RL loop with a served policy: weights pushed into running servers, versions recorded, staleness bounded.
 
-vLLM and SGLang cannot run here (they need a GPU); :class:`tests.served_model_server.ServedModelTestServer` stands
-in for them: the OpenAI protocol over real HTTP around a tiny transformers model, with the real servers'
-weight-update endpoints (vLLM's weight-transfer API with the disk backend; SGLang's update_weights_from_disk).
+:class:`tests.served_model_server.ServedModelTestServer` stands in for vLLM and SGLang here: the OpenAI protocol
+over real HTTP around a tiny transformers model, with the real servers' weight-update endpoints (vLLM 0.32's
+``reload_weights`` through ``/collective_rpc``, or its weight-transfer API where a server has the ``disk``
+backend; SGLang's update_weights_from_disk), and vLLM's way of failing (a 500 that closes its connection).
 The tasks' check is a coin flip, as in tests/test_rl_loop.py: GRPO needs reward variance, not a capable model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,11 +21,12 @@ import pytest
 pytest.importorskip("torch")
 
 from bench.rl_loop import COIN_TASKS  # noqa: E402
-from engine.agent.model_api import ChatRequest, SamplingParams  # noqa: E402
+from engine.agent.model_api import ChatRequest, Generation, SamplingParams  # noqa: E402
+from engine.agent.policy_api import PolicyError  # noqa: E402
 from policy.hf_backend import HFModel  # noqa: E402
 from policy.openai_backend import OpenAIModel  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
-from policy.weight_sync import server_sync  # noqa: E402
+from policy.weight_sync import WeightSync, server_sync  # noqa: E402
 from tests.served_model_server import ServedModelTestServer  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.loop import run_loop
@@ -42,32 +47,44 @@ def chat(i: int, max_tokens: int = 8) -> ChatRequest:
                        SamplingParams(temperature=0.0, max_tokens=max_tokens))
 
 
-@pytest.mark.asyncio(loop_scope="session")
-@pytest.mark.parametrize(("flavor", "mode"), [("vllm", "abort"), ("sglang", "wait")])
-async def test_push_changes_the_served_weights_and_labels_every_reply(models: tuple[Path, Path], flavor: str,
-                                                                      mode: str) -> None:
-    first, second = models
-    async with ServedModelTestServer(HFModel(str(first), device="cpu"), flavor) as server:
+PUSHES = [("vllm", "abort", None), ("vllm", "wait", "disk"), ("sglang", "wait", None)]
+
+
+@contextlib.asynccontextmanager
+async def pushing(model: Path, flavor: str, mode: str, transfer: str | None
+                  ) -> AsyncIterator[tuple[ServedModelTestServer, OpenAIModel, WeightSync]]:
+    """A stand-in server of ``model``, a client of it and the push for it, started (``transfer``: vLLM's
+    weight-transfer backend, None as in released vLLM)."""
+    async with ServedModelTestServer(HFModel(str(model), device="cpu"), flavor, weight_transfer=transfer) as server:
         client = OpenAIModel(server.base_url, "policy", token_ids=flavor == "vllm", logprobs_of="model")
         sync = server_sync(flavor, [client], mode)  # type: ignore[arg-type]
         await client.start()
         try:
             await sync.start()
-            before = await client.generate(chat(0))
-            assert before.policy_version == 0
-            # Requests in flight when the push begins: aborted and sent again (abort), or finished first (wait). An
-            # aborted request answers at once, so abort's may take long: under load, 0.3 s let some finish before the
-            # push began.
-            server.generation_delay_s = 5.0 if mode == "abort" else 0.3
-            in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(1, 5)]
-            await asyncio.sleep(0.1)
-            report = await sync.push(second, 1)
-            server.generation_delay_s = 0.0
-            replies = await asyncio.gather(*in_flight)
-            after = await client.generate(chat(0))
+            yield server, client, sync
         finally:
             await sync.close()
             await client.close()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.parametrize(("flavor", "mode", "transfer"), PUSHES)
+async def test_push_changes_the_served_weights_and_labels_every_reply(models: tuple[Path, Path], flavor: str,
+                                                                      mode: str, transfer: str | None) -> None:
+    first, second = models
+    async with pushing(first, flavor, mode, transfer) as (server, client, sync):
+        before = await client.generate(chat(0))
+        assert before.policy_version == 0
+        # Requests in flight when the push begins: aborted and sent again (abort), or finished first (wait). An
+        # aborted request answers at once, so abort's may take long: under load, 0.3 s let some finish before the
+        # push began.
+        server.generation_delay_s = 5.0 if mode == "abort" else 0.3
+        in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(1, 5)]
+        await asyncio.sleep(0.1)
+        report = await sync.push(second, 1)
+        server.generation_delay_s = 0.0
+        replies = await asyncio.gather(*in_flight)
+        after = await client.generate(chat(0))
     assert report.in_flight == 4 and server.weight_version == "1"
     assert server.updates == [(str(second), "1")]
     if mode == "abort":
@@ -78,6 +95,43 @@ async def test_push_changes_the_served_weights_and_labels_every_reply(models: tu
         assert {r.policy_version for r in replies} == {0}  # finished on the old weights, and recorded so
     assert after.policy_version == 1
     assert (after.text, after.logprobs) != (before.text, before.logprobs)  # the pushed weights answer now
+
+
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.parametrize(("flavor", "mode", "transfer"), PUSHES)
+async def test_a_failed_push_leaves_the_server_resumed_and_records_nothing_under_its_version(
+        tmp_path: Path, models: tuple[Path, Path], flavor: str, mode: str, transfer: str | None) -> None:
+    first, second = models
+    corrupt = tmp_path / "corrupt"  # a checkpoint whose weights file is cut short (a trainer killed mid-write)
+    shutil.copytree(second, corrupt)
+    weights = corrupt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    async with pushing(first, flavor, mode, transfer) as (server, client, sync):
+        server.generation_delay_s = 5.0 if mode == "abort" else 0.3
+        in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(3)]
+        await asyncio.sleep(0.1)
+        with pytest.raises(PolicyError, match="weight push") as failure:
+            await sync.push(corrupt, 1)
+        server.generation_delay_s = 0.0
+        replies = await asyncio.gather(*in_flight, return_exceptions=True)
+        with pytest.raises(PolicyError, match="push of version 1 failed"):
+            await client.generate(chat(9))  # nothing more is sent to weights of no known version
+        # The server itself serves again (vLLM: resumed on a connection of its own, the 500 closed the first).
+        direct = OpenAIModel(server.base_url, "policy")
+        await direct.start()
+        try:
+            answer = await asyncio.wait_for(direct.generate(chat(10)), 60)
+        finally:
+            await direct.close()
+    print("failed push:", failure.value)
+    assert answer.text is not None
+    assert server.weight_version == "0" and [v for _, v in server.updates if v] == []  # still the labelled start
+    if flavor == "vllm":
+        assert "resumed" in str(failure.value)
+    if mode == "wait":  # finished on the old weights before the update began: recorded with the old version
+        assert {r.policy_version for r in replies if isinstance(r, Generation)} == {0}
+    else:  # aborted by the push: never answered under version 1
+        assert all(isinstance(r, PolicyError) and "push of version 1 failed" in str(r) for r in replies), replies
 
 
 def loop_config(tmp_path: Path, model: Path, url: str, flavor: str, mode: str, iterations: int) -> LoopConfig:

@@ -57,10 +57,13 @@ async def test_served_stand_in_answers_over_http_and_takes_a_vllm_weight_update(
             aiohttp.ClientSession() as http:
         root = server.base_url.removesuffix("/v1")
         before = await chat(http, server.base_url)
-        # vLLM's weight-transfer calls with the disk backend, as policy.weight_sync makes them.
-        for path, body in [("/init_weight_transfer_engine", {"init_info": {}}), ("/start_weight_update", {}),
-                           ("/update_weights", {"update_info": {"path": str(second)}}),
-                           ("/finish_weight_update", {"weight_version": "1"})]:
+        async with http.get(root + "/weight_info") as resp:
+            assert await resp.json() == {"weight_version": "default"}  # vLLM's label before any update
+        # vLLM 0.32's reload and label, as policy.weight_sync makes them (the disk backend's calls:
+        # tests/test_served_policy.py).
+        for path, body in [("/pause", None),
+                           ("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(second)}}),
+                           ("/update_weight_version", {"new_version": "1"}), ("/resume", None)]:
             async with http.post(root + path, json=body) as resp:
                 assert resp.status == 200, await resp.text()
         async with http.get(root + "/weight_info") as resp:

@@ -7,7 +7,7 @@
   weight-update APIs (:func:`policy.weight_sync.server_sync`).
 - ``policy = "stand_in"``: the served path end to end where no GPU can run vLLM: the loop starts
   :class:`policy.served_stand_in.ServedStandInServer` (the OpenAI API over real HTTP on 127.0.0.1 around the
-  in-process ``hf`` backend, with vLLM's weight-transfer endpoints), talks to it as to a vLLM server and pushes
+  in-process ``hf`` backend, with vLLM's control routes), talks to it as to a vLLM server and pushes
   every update through vLLM's HTTP calls. A stand-in for CPU runs, demonstrations and tests, not a server to
   deploy.
 """
