@@ -118,23 +118,16 @@ class MemoryWatch:
                 self.browser_pss = pss = await asyncio.to_thread(self._browser_pss)
                 cost = time.perf_counter() - t0
                 if cap and pss > cap and not self.draining:
-                    await self._start_draining(pss)
-
-    async def _start_draining(self, pss: int) -> None:
-        """The browser is over its memory cap: take no new episodes, say so now, recycle it once idle."""
-        self.draining = True
-        log_line(f"worker {self.cfg.worker_id}: browser PSS {pss / 2**20:.0f} MiB is over the "
-                 f"{self.cfg.browser_memory_mib} MiB cap: draining, then recycling it")
-        with contextlib.suppress(zmq.ZMQError):
-            await self._send(self._heartbeat_message())  # now, not at the next beat
-        self._maybe_recycle()
+                    self._start_draining_for(f"browser PSS {pss / 2**20:.0f} MiB is over the "
+                                             f"{self.cfg.browser_memory_mib} MiB cap")
 
     def _start_draining_for(self, reason: str) -> None:
-        """The browser must be replaced (``reason``): take no new episodes, recycle it once idle."""
+        """The browser must be replaced (``reason``): take no new episodes, say so now (not at the next beat),
+        recycle it once idle."""
         if self.draining or self._recycling or self._stop.is_set():
             return
         self.draining = True
-        log_line(f"worker {self.cfg.worker_id}: {reason}: draining, then recycling the browser")
+        log_line(f"worker {self.cfg.worker_id}: {reason}: draining, then recycling it")
         task = asyncio.ensure_future(self._say_draining())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -142,7 +135,7 @@ class MemoryWatch:
 
     async def _say_draining(self) -> None:
         with contextlib.suppress(zmq.ZMQError):
-            await self._send(self._heartbeat_message())  # now, not at the next beat
+            await self._send(self._heartbeat_message())
 
     def _recycle_after_request(self) -> None:
         """Once the current request (an episode's close) has been answered, recycle if draining and idle."""

@@ -200,7 +200,7 @@ async def test_a_popup_bomb_loads_at_most_max_popups_and_leaves_nothing_behind(
     worker, pool = inproc
     cap = worker.cfg.max_popups
     to = f"http://other.test:{other.port}/bomb"  # a path only the popups load
-    frame = f"http://other.test:{other.port}/fixtures/popup_bomb_frame.html"
+    frame = f"http://other.test:{other.port}/fixtures/popup_bomb.html"
     url = fixture_url(f"popup_bomb.html?to={quote(to, safe='')}&frame={quote(frame, safe='')}")
 
     def loaded() -> list[str]:
