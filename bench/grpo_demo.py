@@ -73,6 +73,10 @@ def summary_rows(result: DemoResult, wall_s: float) -> list[dict[str, Any]]:
         rows += [row("control S1 (rewards shuffled in each group)", 100 * control.end["success_rate"], "%"),
                  row("control's gain S1 - S0", control.gain["gain"], "", "no rise: 95% interval's low end <= 0",
                      c_low <= 0)]
+        if "grpo" in result.versus_control:
+            v = result.versus_control["grpo"]
+            rows.append(row("S1 (1/k) - control S1, paired: 95% interval, low end", v["interval_95"][0], "", "> 0",
+                            v["interval_95"][0] > 0))
     if "tau" in runs:
         tau = runs["tau"]
         rows += [row("S1 with the 1/|tau| normaliser", 100 * tau.end["success_rate"], "%"),

@@ -21,10 +21,10 @@ pytest.importorskip("torch")
 from train.examples.grpo_demo import DemoConfig, run_demo  # noqa: E402
 
 
-# Two RL runs with a model on the CPU: 204 s in the stored suite timing (docs/benchmarks/test_time.json), 393 s on a
-# slower day, past the suite's default per-test cap (a guard against hangs, pyproject.toml).
+# Two RL runs with a model on the CPU (its time: docs/benchmarks/test_time.json): past the suite's default per-test
+# cap (a guard against hangs, pyproject.toml).
 @pytest.mark.timeout(900)
-def test_grpo_raises_held_out_success_and_shuffled_rewards_do_not(tmp_path: Path) -> None:
+def test_grpo_raises_held_out_success_above_a_shuffled_reward_control(tmp_path: Path) -> None:
     result = run_demo(tmp_path, DemoConfig.quick())
     print(result.report())  # the figures, in the test's log
     warm = result.warm_start["validation"]
@@ -36,10 +36,14 @@ def test_grpo_raises_held_out_success_and_shuffled_rewards_do_not(tmp_path: Path
     # the suite's load, ten runs: gains +0.17 to +0.69 (one of them collapsed to -0.02: a last update that broke
     # the tiny model's reply format).
     assert grpo.gain["gain"] >= 0.1 and grpo.gain["interval_95"][0] > 0, grpo.gain
-    # The control (same checkpoint, seeds and budget; rewards shuffled in each group) does not rise: no gain its
-    # interval can tell from 0 (one run's point gain was +0.15, with the interval reaching below 0).
-    assert control.gain["interval_95"][0] <= 0, control.gain
-    assert grpo.end["success_rate"] - control.end["success_rate"] >= 0.2
+    # The control (same checkpoint, seeds and budget; rewards shuffled in each group) ends below GRPO on the same
+    # boards, by at least 0.2 and with a paired 95% interval that excludes 0: the reward made the gain. Not "the
+    # control does not rise": its updates carry no reward signal but still move the policy, and zero-mean noise on
+    # the logit of a one-in-three choice (Submit or not) raises its probability on average, so the control's success
+    # can drift up (one run: S0 19% -> S1 42%, +0.23 [+0.09, +0.38], while GRPO went to 73%).
+    versus = result.versus_control["grpo"]
+    assert versus["gain"] >= 0.2 and versus["interval_95"][0] > 0, versus
+    assert control.gain["gain"] < grpo.gain["gain"]
     # The loop pushed every update into the served policy and trained within the staleness bound.
     assert [it["version"] for it in grpo.iterations] == list(range(1, len(grpo.iterations) + 1))
     assert all(it["max_staleness"] <= 1 for it in grpo.iterations)

@@ -155,10 +155,14 @@ class DemoResult:
     warm_start: dict[str, Any]  # steps trained, validation success at each checkpoint, the chosen one
     runs: dict[str, RunSummary]
     times_s: dict[str, float] = field(default_factory=dict)
+    # Each other run's S1 less the control's, paired over the held-out boards (train.evaluation.PairedGain.to_dict()):
+    # what the reward, and nothing else, made of the same checkpoint, seeds and budget.
+    versus_control: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": asdict(self.config), "warm_start": self.warm_start,
-                "runs": {k: asdict(v) for k, v in self.runs.items()}, "times_s": self.times_s}
+                "runs": {k: asdict(v) for k, v in self.runs.items()}, "times_s": self.times_s,
+                "versus_control": self.versus_control}
 
     def report(self) -> str:
         w, v = self.warm_start, self.warm_start["validation"]
@@ -170,6 +174,9 @@ class DemoResult:
                          f"{g['gain']:+.3f} [95% {g['interval_95'][0]:+.3f}, {g['interval_95'][1]:+.3f}] over "
                          f"{g['tasks']} boards ({g['episodes']} episodes); mean steps {s0['mean_steps']:.2f} -> "
                          f"{s1['mean_steps']:.2f}; {run.wall_s:.0f} s")
+        for name, g in self.versus_control.items():
+            lines.append(f"{name} S1 - control S1: {g['gain']:+.3f} [95% {g['interval_95'][0]:+.3f}, "
+                         f"{g['interval_95'][1]:+.3f}] over {g['tasks']} boards")
         lines.append("times: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.times_s.items()))
         return "\n".join(lines)
 
@@ -414,6 +421,7 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
 
     from engine.sites.server import SiteServer
     from policy.tiny_models import build_tiny_model
+    from train.evaluation import paired_gain
     from train.loop import run_loop
     from train.loop_config import LoopConfig
 
@@ -444,6 +452,7 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
         checkpoint, warm = warm_start(cfg, work, model_dir, demo_run, validation_run, agent)
         times["warm start"] = time.perf_counter() - t0
         runs: dict[str, RunSummary] = {}
+        ends: dict[str, Any] = {}  # each run's S1 evaluation, per board
         # Every run starts from the same checkpoint: the first one's evaluation of it is every run's S0.
         start = None
         for name in cfg.runs:
@@ -454,7 +463,10 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
             times[f"run {name}"] = time.perf_counter() - t0
             runs[name] = summarise_run(name, config, result, times[f"run {name}"], start)
             start = start or result.evaluations[0]
-        return DemoResult(cfg, warm, runs, times)
+            ends[name] = result.evaluations[-1]
+        versus = ({name: paired_gain(ends["control"], end).to_dict() for name, end in ends.items() if name != "control"}
+                  if "control" in ends else {})
+        return DemoResult(cfg, warm, runs, times, versus)
     finally:
         torch.set_num_threads(threads)
 
