@@ -53,6 +53,7 @@ from train.examples import colour_board
 
 if TYPE_CHECKING:
     from engine.store.records import EpisodeRecord, StepRecord
+    from train.evaluation import Evaluation
 
 #: A one-line system prompt and a first message without the URL (the default ones are long, and the URL would
 #: name the layout): short sequences for a CPU.
@@ -171,14 +172,18 @@ class DemoResult:
         for name, run in self.runs.items():
             s0, s1, g = run.start, run.end, run.gain
             lines.append(f"{name:8s} S0 {s0['success_rate']:.1%} -> S1 {s1['success_rate']:.1%}: gain "
-                         f"{g['gain']:+.3f} [95% {g['interval_95'][0]:+.3f}, {g['interval_95'][1]:+.3f}] over "
-                         f"{g['tasks']} boards ({g['episodes']} episodes); mean steps {s0['mean_steps']:.2f} -> "
+                         f"{_gain_text(g)} ({g['episodes']} episodes); mean steps {s0['mean_steps']:.2f} -> "
                          f"{s1['mean_steps']:.2f}; {run.wall_s:.0f} s")
         for name, g in self.versus_control.items():
-            lines.append(f"{name} S1 - control S1: {g['gain']:+.3f} [95% {g['interval_95'][0]:+.3f}, "
-                         f"{g['interval_95'][1]:+.3f}] over {g['tasks']} boards")
+            lines.append(f"{name} S1 - control S1: {_gain_text(g)}")
         lines.append("times: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.times_s.items()))
         return "\n".join(lines)
+
+
+def _gain_text(gain: dict[str, Any]) -> str:
+    """A paired gain (train.evaluation.PairedGain.to_dict()) as '+0.500 [95% +0.300, +0.700] over 64 boards'."""
+    low, high = gain["interval_95"]
+    return f"{gain['gain']:+.3f} [95% {low:+.3f}, {high:+.3f}] over {gain['tasks']} boards"
 
 
 # ---------------------------------------------------------------------------------------------- phases
@@ -452,7 +457,7 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
         checkpoint, warm = warm_start(cfg, work, model_dir, demo_run, validation_run, agent)
         times["warm start"] = time.perf_counter() - t0
         runs: dict[str, RunSummary] = {}
-        ends: dict[str, Any] = {}  # each run's S1 evaluation, per board
+        ends: dict[str, Evaluation] = {}  # each run's S1, per board
         # Every run starts from the same checkpoint: the first one's evaluation of it is every run's S0.
         start = None
         for name in cfg.runs:
