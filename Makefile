@@ -22,14 +22,16 @@ run: setup
 # missing; they wait on imports and their stand-in servers more than they compute, and the type check takes one
 # core). Then the tests: in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
 # in one process (its module fixtures start once), the slowest files first (tests/conftest.py); the tests that
-# assert an upper bound on elapsed time after them, alone.
+# assert an upper bound on elapsed time after them, alone. A process that dies (a test past its timeout: its stacks
+# are in the log, tests/timeout_dump.py) ends the run as failed: xdist's loadfile hangs once a process is replaced.
 # TEST_REPORT=PREFIX writes each phase's JUnit report to PREFIX-PHASE.xml (`python -m bench.test_time` reads them).
 TEST_PROCS ?= 2
 TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
 test: setup
 	$(MAKE) --no-print-directory -j3 --output-sync=target check test-verl test-areal
-	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder -m "not wallclock" $(call junit,parallel)
+	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder --max-worker-restart 0 \
+	  -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
 
 .PHONY: check test-verl test-areal

@@ -35,6 +35,9 @@ from engine.sites.server import SiteServer
 from engine.tasks.schema import BUNDLED_TASKS
 from tests.openweb import OpenWeb
 
+# A test past its timeout says where it hung, also in an xdist worker.
+pytest_plugins = ("tests.timeout_dump",)
+
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 
 _episode_ids = itertools.count(1)
