@@ -64,6 +64,7 @@ class PoolConfig:
     max_episodes_per_worker: int = 64
     ops_per_worker: int = 16  # level-2 queue: in-flight browser operations per worker
     opens_per_worker: int = 4  # page loads are heavy: fewer at once load faster (and startup bursts)
+    # How long the pool waits for its workers to start, and an episode for a worker when none is alive.
     start_timeout_s: float = 60.0
     heartbeat_timeout_s: float = 15.0
     restart: bool = True
@@ -239,7 +240,16 @@ class BrowserPool(Routing, PeerTrust, Supervisor):
                     h = min(candidates, key=lambda w: len(w.episodes))
                     h.episodes.add(episode_id)
                     return BrowserSession(self, h, episode_id)
-                await self._capacity.wait()
+                if self.alive_workers():
+                    await self._capacity.wait()  # room comes back as episodes end
+                    continue
+                # No worker at all: a spawned one is replaced within seconds and a hand-started one may come back,
+                # but not waited for forever (a run on hand-started workers that all died would never end).
+                try:
+                    async with asyncio.timeout(self.cfg.start_timeout_s):
+                        await self._capacity.wait_for(lambda: self.alive_workers() or self.broken or self.fatal)
+                except TimeoutError:
+                    raise WorkerLost(f"no browser worker was alive for {self.cfg.start_timeout_s:g} s") from None
 
     def _capacity_changed(self) -> None:
         async def notify() -> None:

@@ -362,7 +362,7 @@ async def page_capped(tmp_path: Path) -> AsyncIterator[tuple[BrowserWorker, Brow
 async def test_a_page_eating_memory_is_ended_at_its_cap_and_the_next_episode_completes(
         page_capped, tmp_path: Path, fixture_url: Callable[[str], str], site_server: str) -> None:
     worker, pool = page_capped
-    # Left alone, the hog's renderer grows by 1.5 GB in 2.4 s; the policy waits 8 s on it.
+    # Left alone, the hog's renderer grows by 1.5 GB in 2.4 s from 3 s after its load; the policy waits 8 s on it.
     hog = a_task("hog", fixture_url("memory_hog.html"), max_steps=10,
                  solution=[*[{"action": "wait", "seconds": 1.0}] * 8, {"action": "answer", "text": "done"}])
     # Beside it, an episode in its own context that outlives the hog's; after them, one more.

@@ -16,6 +16,7 @@ import pytest
 
 from browserpool import protocol as P
 from browserpool.config import WorkerConfig
+from browserpool.pool_errors import WorkerLost
 from engine.clients.runner import run
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
@@ -224,3 +225,24 @@ async def test_a_capture_chromium_refuses_is_tried_again_and_one_it_always_refus
         assert record["status"] != "error" and len(record["steps"]) == 3, record.get("error")
         assert captures == 1 + retries + 1 + 2  # the open's, the first step's tries, the two other steps'
         assert pool.restarts == 0 and worker.browser is not None  # one worker and browser served both
+
+
+async def test_an_episode_waits_a_bounded_time_for_a_worker_when_none_is_alive(
+        tmp_path: Path, fixture_url: Callable[[str], str]) -> None:
+    # A pool of hand-started workers (here one, in this event loop) whose only worker lost its browser: nothing
+    # spawns a new one. An episode that asks for a browser then waits for one to join at most start_timeout_s, and
+    # ends with WorkerLost (a recorded error); before, it waited forever and the run never ended.
+    async with inproc_pool(f"ipc://{tmp_path}/pool.sock", WorkerConfig(endpoint="", worker_id="alone")) as (
+            worker, pool):
+        async with open_session(pool, fixture_url("click.html")):
+            pass  # the worker served an episode
+        os.kill(worker._chromium_pid, signal.SIGKILL)
+        pool.cfg.heartbeat_timeout_s = 2.0  # a hand-started worker is known gone when its heartbeats stop
+        async with asyncio.timeout(30):
+            while pool.alive_workers():
+                await asyncio.sleep(0.05)
+        assert worker.browser_lost
+        pool.cfg.start_timeout_s = 1.0
+        async with asyncio.timeout(30):
+            with pytest.raises(WorkerLost, match="no browser worker was alive for 1 s"):
+                await pool.lease("waits-for-a-worker")
