@@ -12,6 +12,11 @@ SOURCES := pyproject.toml CMakeLists.txt $(wildcard engine/_imgcodec/*.c engine/
 PACKAGE_DIRS := $(shell find $(addprefix $(CURDIR)/,cli engine browserpool policy train tui bench viewer server) -type d \
                   -not -name __pycache__ -not -path '*/sites/*' 2>/dev/null)
 
+# Python keeps the bytecode it compiles, whatever the machine says (some set PYTHONDONTWRITEBYTECODE for every
+# process): the test command starts hundreds of Python processes, and without it each one compiles again every
+# module it imports, torch's and transformers' included (seconds of CPU per process).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test setup system frameworks lint bench clean
 
 run: setup
@@ -57,6 +62,9 @@ $(STAMP): $(SOURCES) $(PACKAGE_DIRS)
 	$(PY) -m pip install -q --upgrade pip "scikit-build-core>=0.10"
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev,bench,hf,trl,ray]'
+	@# The project's bytecode now: a __pycache__ folder made later, at an import, would change its package folder's
+	@# time and ask for a reinstall.
+	$(PY) -m compileall -q -l -j0 $(PACKAGE_DIRS) >/dev/null
 	@touch $@
 
 # veRL and AReaL pin other torch and transformers releases than this environment: their adapters' tests
