@@ -375,17 +375,19 @@ async def test_a_page_eating_memory_is_ended_at_its_cap_and_the_next_episode_com
         stats, records = await run_on(pool, cfg, make_policy("scripted"), site_server, tmp_path / "run")
     by_id = {r["task"]["task_id"]: r for r in records}
     assert len(records) == 3 and stats.summary()["lost"] == 0
-    rec = by_id["hog"]
-    assert rec["status"] == "error" and rec["error"]["kind"] == "page_memory", rec["error"]
-    assert f"over the {PAGE_CAP_MIB} MiB page cap" in rec["error"]["message"]
     growth = memory.peak - memory.first
     assert growth <= (PAGE_CAP_MIB + 128) << 20, f"the browser's tree grew by {growth / 2**20:.0f} MiB"
     assert worker.renderer_watch is not None and len(worker.renderer_watch.kills) == 1
+    rec = by_id["hog"]
     if worker.browser_lost:
         # The cap acted (above); then Chromium's browser process itself died, under load, at the kill or as the
-        # killed page's context closed (a null dereference in chromium-headless-shell: docs/security.md). That the
+        # killed page's context closed (a null dereference in chromium-headless-shell: docs/security.md). Every
+        # episode still ended with one record, the hog's an error (its kill's, or its lost browser's); that the
         # browser lives on, asserted next, is then Chromium's to break, not the engine's.
+        assert rec["status"] == "error" and rec["error"]["kind"] in ("page_memory", "worker_lost"), rec["error"]
         pytest.xfail("Chromium's browser process died after the watch ended its renderer")
+    assert rec["status"] == "error" and rec["error"]["kind"] == "page_memory", rec["error"]
+    assert f"over the {PAGE_CAP_MIB} MiB page cap" in rec["error"]["message"]
     # The browser lived on: the episode beside the hog's went on, and the next one ran on this worker.
     assert [by_id[t]["status"] for t in ("neighbour", "after")] == ["success"] * 2, [r["error"] for r in records]
     assert_released(worker, pool)
