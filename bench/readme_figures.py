@@ -625,10 +625,14 @@ def test_time(store: Store) -> list[str]:
     def count(key: str) -> int:
         return sum(int(p[key]) for p in phases.values())
 
+    names = {"verl": "veRL", "areal": "AReaL", "vllm": "vLLM"}
+    ran = [names[n] for n in names if n in phases]
+    frameworks = " and ".join([", ".join(ran[:-1]), ran[-1]] if len(ran) > 1 else ran)
+
     return [f"On {m.get('cores')} cores ({m.get('cpu_model') or 'an unknown CPU'}) `make test` took "
             f"{seconds('make test')} on {where} of code {m.get('git_revision') or 'of an unknown revision'}, "
             f"{install}with {count('passed'):,} tests passed, {count('failed')} failed and {count('skipped')} "
-            f"skipped: first {seconds('first the veRL')} for the veRL and AReaL tests in their own environments (at "
+            f"skipped: first {seconds('first the veRL')} for the {frameworks} tests in their own environments (at "
             f"once, beside the type check), then {seconds('the tests in')} for the tests in "
             f"{data['config']['procs']} pytest processes, then {seconds('then the timing')} for the "
             f"{phases['wallclock']['tests']} timing tests alone "

@@ -6,11 +6,12 @@ own, empty; the apt packages are checked, and installed only when missing), then
 is removed afterwards, so this also shows that the committed files alone install everything the tests need.
 ``--here`` runs ``make test`` in this checkout instead (its setup a no-op).
 
-``make test`` builds the trainer frameworks' environments (``.venv-verl``, ``.venv-areal``; with a uv cache of its
-own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them beside the import-layering and type
-checks (all at once), then the tests in ``TEST_PROCS`` processes, then the timing tests alone; each pytest
-phase writes a JUnit report (``TEST_REPORT``), from which come the test counts, each phase's time and every test
-file's time (``files``, slowest first: ``tests/conftest.py`` starts the files in that order).
+``make test`` builds the frameworks' environments (``.venv-verl``, ``.venv-areal``, ``.venv-vllm``; with a uv cache of
+its own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them and the engine's tests against a
+vLLM server beside the import-layering and type checks (all at once), then the tests in ``TEST_PROCS`` processes,
+then the timing tests alone; each pytest phase writes a JUnit report (``TEST_REPORT``), from which come the test
+counts, each phase's time and every test file's time (``files``, slowest first: ``tests/conftest.py`` starts the
+files in that order).
 
     python -m bench.test_time [--here] [--procs 2] [--json docs/benchmarks/test_time.json]
 """
@@ -32,8 +33,10 @@ from typing import Any
 from bench.report import row, write_result
 from bench.suite import ROOT, machine_facts
 
-PHASES = ("parallel", "wallclock", "verl", "areal")  # the Makefile's names for its pytest runs, in order
-FRAMEWORK_PHASES = ("verl", "areal")  # those that run in a framework's own environment
+PHASES = ("parallel", "wallclock", "verl", "areal", "vllm")  # the Makefile's names for its pytest runs, in order
+# Those run first, at once: the veRL and AReaL adapters' tests in their frameworks' environments, the engine against
+# a vLLM server run from its own environment.
+FRAMEWORK_PHASES = ("verl", "areal", "vllm")
 BUDGET_S = 10 * 60  # the suite must stay under 10 minutes on 2 cores (the main environment's setup excluded)
 SLOWEST = 8  # test files named in the notes
 
@@ -120,9 +123,9 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
                            "already present)", measured["setup_s"], "s"))
     summary += [
         row("make test, from start to end", measured["test_s"], "s", f"<= {BUDGET_S}", measured["test_s"] <= BUDGET_S),
-        # The two run at once, beside the type check: the longer one is what they take.
-        row("first the veRL and AReaL tests in their own environments, at once", max(p.seconds for p in frameworks),
-            "s"),
+        # They run at once, beside the type check: the longest one is what they take.
+        row("first the veRL, AReaL and vLLM tests, each framework in its own environment, at once",
+            max(p.seconds for p in frameworks), "s"),
         row(f"the tests in {procs} processes", par.seconds, "s"),
         row("then the timing tests alone", wall.seconds, "s"),
         row("tests passed", sum(p.passed for p in phases.values()), "tests"),
