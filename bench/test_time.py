@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -163,7 +164,11 @@ def main(argv: list[str] | None = None) -> None:
         try:
             measured = measure(checkout, args.procs, work, setup=not args.here)
         except RuntimeError:
+            # The clone goes with the temporary folder: its log is kept where it can still be read.
+            kept = Path(tempfile.gettempdir()) / f"test_time-{time.strftime('%Y%m%d-%H%M%S')}.log"
+            shutil.copyfile(work / "make.log", kept)
             print((work / "make.log").read_text(errors="replace")[-6000:])
+            print(f"the whole log: {kept}")
             raise
     data = result(measured, args.procs, not args.here)
     for r in data["summary"]:
