@@ -18,7 +18,8 @@ from engine.agent.protocol import AgentProtocol
 def generation_details(gen: Generation, sampling: SamplingParams) -> dict[str, Any]:
     """The generation facts a step records in ``parsed``, besides the parsed reply.
 
-    ``logprobs_of`` always (None: the backend does not say). Training needs the sampling settings to take log-probs
+    ``logprobs_of`` always (None: the backend does not say), and with it ``logprobs_vision_masked`` (whether the
+    vision placeholders were out of that distribution). Training needs the sampling settings to take log-probs
     under the same distribution: ``logprobs_temperature`` (the request's temperature) with ``"temperature"``
     log-probs, and ``logprobs_sampling`` (temperature, top_p, top_k) with ``"sampler"`` ones, which the trainer
     can reproduce only when nothing was truncated.
@@ -26,6 +27,8 @@ def generation_details(gen: Generation, sampling: SamplingParams) -> dict[str, A
     details: dict[str, Any] = {"finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
                                "prompt_sha256": gen.prompt_sha256, "model_timings_ms": gen.timings_ms,
                                "logprobs_of": gen.logprobs_of}
+    if gen.logprobs_of is not None:
+        details["logprobs_vision_masked"] = gen.logprobs_vision_masked
     if gen.logprobs_of == "temperature":
         details["logprobs_temperature"] = sampling.temperature
     elif gen.logprobs_of == "sampler":

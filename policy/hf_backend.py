@@ -8,18 +8,18 @@ browsers keep going). Prompts are left-padded; each request's images are preproc
 project's codec (:mod:`policy.vision`) before it queues, so a broken screenshot fails only its own
 request.
 
-Sampling: temperature 0 is greedy decoding; otherwise temperature, then top-k, then top-p, applied by
-this module's own logits processors in that order (the model's ``generation_config`` defaults such as
-repetition penalties are not applied). Each generated token's log-probability is taken under the model's own
-distribution, before temperature, top-k and top-p (vision placeholders suppressed, as they are for sampling):
-the distribution the trainer computes, so that a token's behaviour and proximal log-probs are comparable and an
-update's importance weights are 1 before the weights move. ``Generation.logprobs_of`` is ``"model"`` (and the
-step record's ``parsed.logprobs_of`` says so). With ``logprobs_of="temperature"`` they are taken after the
-temperature instead (``log_softmax(logits / T)``, still before top-k and top-p), as SGLang reports them by
-default, so that a test server can stand in for one; greedy requests (no temperature) record ``"model"`` all
-the same. ``max_tokens`` may differ inside a batch: the
-batch runs to the largest and each reply is cut at its own limit, which gives the same tokens as a
-shorter run (decoding is causal).
+Sampling: temperature 0 is greedy decoding; otherwise temperature, then top-k, then top-p, applied by this
+module's own logits processors in that order (the model's ``generation_config`` defaults such as repetition
+penalties are not applied). Each generated token's log-probability is taken under the model's own distribution,
+before temperature, top-k and top-p (vision placeholders suppressed, as they are for sampling;
+``vision_in_logprobs=True`` keeps them in, as vLLM's log-probs do): the distribution the trainer computes, so
+that a token's behaviour and proximal log-probs are comparable and an update's importance weights are 1 before
+the weights move. ``Generation.logprobs_of`` is ``"model"`` (and the step record's ``parsed.logprobs_of`` says
+so). With ``logprobs_of="temperature"`` they are taken after the temperature instead
+(``log_softmax(logits / T)``, still before top-k and top-p), as SGLang reports them by default, so that a test
+server can stand in for one; greedy requests (no temperature) record ``"model"`` all the same. ``max_tokens`` may
+differ inside a batch: the batch runs to the largest and each reply is cut at its own limit, which gives the same
+tokens as a shorter run (decoding is causal).
 
 Seeds: a batch's random draws come from torch's global generator, reseeded with the seed of the
 batch's first request that has one (``torch.manual_seed``: CPU and all GPUs). A seed therefore makes a
@@ -99,7 +99,8 @@ class HFModel(LanguageModel):
     :mod:`policy.vision_attention`; where the model supports it) or ``"default"`` (transformers' own loop over
     images and windows). ``logprobs_of``: the distribution the replies' log-probs are taken
     under, ``"model"`` (the model's own) or ``"temperature"`` (after the request's temperature, SGLang's default;
-    see :data:`engine.agent.model_api.LOGPROBS_KINDS`).
+    see :data:`engine.agent.model_api.LOGPROBS_KINDS`). ``vision_in_logprobs``: take them over the whole
+    vocabulary, the vision placeholders included (which are never sampled all the same), as vLLM reports them.
     """
 
     name = "hf"
@@ -115,6 +116,7 @@ class HFModel(LanguageModel):
         attn_implementation: str | None = None,
         logprobs_of: str = "model",
         vision_attention: str = "varlen",
+        vision_in_logprobs: bool = False,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
@@ -125,6 +127,7 @@ class HFModel(LanguageModel):
         if logprobs_of not in _RECORDABLE:
             raise ValueError(f"logprobs_of must be one of {', '.join(_RECORDABLE)}, not {logprobs_of!r}")
         self.logprobs_of = logprobs_of
+        self.vision_in_logprobs = vision_in_logprobs
         self.model_dir = Path(model_dir)
         self.model_name = str(model_dir)
         self.device_spec = device
@@ -462,6 +465,8 @@ class HFModel(LanguageModel):
         recorder = _LogprobRecorder(float(sampling.temperature) if tempered else 1.0)
         logprobs_of = "temperature" if tempered else "model"
         processors = LogitsProcessorList()
+        if self.vision_in_logprobs:
+            processors.append(recorder)
         if self.vision_token_ids:
             from transformers import SuppressTokensLogitsProcessor
 
@@ -469,7 +474,8 @@ class HFModel(LanguageModel):
             # also be taken for an image when the step is trained on.
             processors.append(SuppressTokensLogitsProcessor(sorted(self.vision_token_ids), device=self.device))
         # The recorder sees the model's own distribution: before the warpers (the module docstring says why).
-        processors.append(recorder)
+        if not self.vision_in_logprobs:
+            processors.append(recorder)
         if not greedy:
             from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
@@ -516,6 +522,7 @@ class HFModel(LanguageModel):
             results.append(Generation(
                 text=text, token_ids=tokens, logprobs=lps if item.request.sampling.logprobs else None,
                 logprobs_of=logprobs_of if item.request.sampling.logprobs else None,
+                logprobs_vision_masked=bool(self.vision_token_ids) and not self.vision_in_logprobs,
                 prompt_tokens=len(item.input_ids), finish_reason=finish,
                 prompt_sha256=prompt_sha256(item.input_ids), policy_version=self.version,
                 timings_ms={"queue_ms": (start - item.enqueued) * 1000, "prep_ms": item.prep_ms,

@@ -62,6 +62,8 @@ class ServedStandInServer(OpenAIStandInServer):
         super().__init__(model, served_model_name, host=host, port=port, reasoning_parser=reasoning_parser,
                          allowed_media_dir=allowed_media_dir)
         self.hf = model
+        # vLLM's and SGLang's log-probs are over the whole vocabulary, the vision placeholders included.
+        model.vision_in_logprobs = True
         self.flavor = flavor
         self.weight_transfer = weight_transfer  # vLLM's --weight-transfer-config backend (None: not given)
         self.weight_version: str | None = "default"  # both servers' label before any update

@@ -17,8 +17,9 @@ from engine import _imgcodec as codec
 from engine.agent.model_api import ChatRequest, Generation, LanguageModel, image_refs
 from engine.agent.policy_api import PolicyError
 
-INSTALL_HINT = ("the vllm backend needs vLLM, which is not installed: pip install 'webgym-engine[vllm]' "
-                "(a CUDA machine is required; or serve the model with `vllm serve` and use --policy openai)")
+INSTALL_HINT = ("the vllm backend needs vLLM, which is not installed: pip install 'webgym-engine[vllm]' on a GPU "
+                "machine, or vLLM's CPU build (docs/vllm-cpu.md); or serve the model with `vllm serve` and use "
+                "--policy openai")
 
 
 def _require_vllm() -> Any:

@@ -119,6 +119,14 @@ def test_mismatches_are_skipped_with_the_reason_or_raised(hf_run: Path, proc: Pr
     assert len(result) == len(bad["steps"]) - 4
     with pytest.raises(SampleError, match="target mismatch"):
         samples_from_records(proc, [bad], hf_run, on_mismatch="raise")
+    # A reply cut inside a character: vLLM's text withholds the incomplete bytes that the tokens end with.
+    cut = copy.deepcopy(records[0])
+    step = cut["steps"][0]
+    ids = proc.tokenizer("click \u4e2d", add_special_tokens=False)["input_ids"]
+    assert proc.tokenizer.decode(ids[:-1]) == "click \ufffd"  # the character's last byte is missing
+    step.update(reply="click ", token_ids=ids[:-1], logprobs=[-1.0] * (len(ids) - 1))
+    (sample,) = samples_from_records(proc, [{**cut, "steps": [step]}], hf_run, on_mismatch="raise").samples
+    assert sample.target_ids == ids[:-1] and sample.target_source == "recorded"
     # Without recorded tokens the reply is tokenized and the end-of-turn token appended (no behaviour log-probs).
     plain = samples_from_records(proc, records[:1], hf_run, use_recorded_tokens=False).samples[0]
     assert plain.target_source == "reply" and plain.behaviour_logprobs is None
@@ -190,6 +198,35 @@ def test_model_log_probs_at_label_positions_equal_the_recorded_ones(hf_run: Path
     records = [json.loads(line) for line in (hf_run / "episodes.jsonl").read_text().splitlines()]
     assert {s["parsed"]["logprobs_of"] for r in records for s in r["steps"]} == {"model"}
 
+
+
+def test_each_row_leaves_the_vision_placeholders_out_as_its_recording_did(hf_run: Path, proc: Processing,
+                                                                          tiny_model: Path) -> None:
+    """An hf step (placeholders never sampled, left out of its log-probs) and a served one (vLLM's log-probs are
+    over the whole vocabulary: ``parsed.logprobs_vision_masked`` false) in one batch: each row is taken its way."""
+    from transformers import AutoModelForImageTextToText
+
+    from policy.vision_tokens import vision_token_ids
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    hf_record, served = copy.deepcopy(read_records(hf_run)[:2])
+    assert hf_record["steps"][0]["parsed"]["logprobs_vision_masked"] is True
+    for step in served["steps"]:
+        step["parsed"]["logprobs_vision_masked"] = False
+    result = samples_from_records(proc, [hf_record, served], hf_run, on_mismatch="raise")
+    rows_of = {False: [i for i, s in enumerate(result) if not s.logprobs_vision_masked],
+               True: [i for i, s in enumerate(result) if s.logprobs_vision_masked]}
+    assert len(rows_of[False]) == len(served["steps"]) and len(rows_of[True]) == len(hf_record["steps"])
+    pair = [result.samples[rows_of[True][0]], result.samples[rows_of[False][0]]]
+    batch = Collator.for_processing(proc, mm_token_types=model_wants_mm_token_types(model))(pair)
+    assert batch["logprobs_vision_masked"].tolist() == [True, False]
+    with torch.no_grad():
+        got, targets, rows, logits = label_logprobs(model, batch, "cpu")
+    vision = torch.tensor(vision_token_ids(model.config))
+    full = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
+    masked = torch.log_softmax(logits.index_fill(-1, vision, float("-inf")), -1).gather(-1, targets[:, None])[:, 0]
+    assert torch.equal(got[rows == 0], masked[rows == 0]) and torch.equal(got[rows == 1], full[rows == 1])
+    assert (full - masked).abs().max() > 1e-4  # the placeholders carry mass: the two ways differ
 
 def test_tempered_log_probs_of_the_hf_backend_equal_the_trainers(hf_run: Path, proc: Processing,
                                                                   tiny_model: Path) -> None:

@@ -3,7 +3,9 @@
 Each token's log-probability is taken from the logits in float32 (``log_softmax`` gathered at the label
 positions, shifted by one as HF does); only the positions that predict a label get logits at all
 (``logits_to_keep`` with a boolean mask), which keeps a 150k-word vocabulary affordable. Vision placeholders are
-suppressed as the rollout's sampler suppresses them (:mod:`policy.hf_backend`).
+left out of a row's distribution as its recording left them out (the batch's ``logprobs_vision_masked``: the
+``hf`` backend's sampler suppresses them; vLLM's log-probs include them); a batch without that key leaves them
+out of every row.
 
 A temperature divides the logits before the log-softmax (``log_softmax(logits / T)``, as verl's actor does):
 GRPO takes each row at the temperature its behaviour log-probs were recorded at
@@ -83,9 +85,17 @@ def label_logprobs(model: Any, batch: dict[str, Any], device: Any,
     logits = logits.reshape(-1, logits.shape[-1]).float()
     if logits.shape[0] != targets.shape[0]:
         raise RuntimeError(f"{logits.shape[0]} logits for {targets.shape[0]} labels")
-    # The rollout sampled with vision placeholders suppressed (policy.hf_backend): the same distribution here.
-    vision = torch.tensor(vision_token_ids(model.config), dtype=torch.long, device=logits.device)
-    masked = logits.index_fill(-1, vision, float("-inf"))
+    # Each row's distribution leaves the vision placeholders out where its recording did (the hf backend's, and
+    # the default); vLLM's and SGLang's are over the whole vocabulary.
+    masked = logits
+    vision = vision_token_ids(model.config)
+    if vision:
+        cut = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+        cut[vision] = True
+        per_row = batch.get("logprobs_vision_masked")
+        if per_row is not None:
+            cut = cut & per_row.to(logits.device)[rows].unsqueeze(-1)
+        masked = logits.masked_fill(cut, float("-inf"))
     scale = _row_scale(temperature, rows, logits)
     if scale is not None:
         masked = masked / scale  # -inf stays -inf

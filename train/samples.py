@@ -16,29 +16,31 @@ thousands of steps holds token ids, never screenshots.
 
 Batch layout (:class:`Collator`; ``B`` samples, ``T`` the longest sequence, right padding):
 
-========================  ==================  ==========================================================
-key                       shape, dtype        meaning
-========================  ==================  ==========================================================
-``input_ids``             (B, T) int64        prompt + target, then ``pad_token_id``
-``attention_mask``        (B, T) int64        1 on real tokens
-``labels``                (B, T) int64        the target ids at their own positions, -100 elsewhere
-                                              (prompt, history, padding); HF convention: the model
-                                              shifts, i.e. logits[:, t - 1] predict labels[:, t]
-``loss_mask``             (B, T) bool         ``labels != -100``
-``behaviour_logprobs``    (B, T) float32      the recorded log-prob of labels[:, t] at position t (0 where
-                                              masked or unknown; see ``has_behaviour``)
-``has_behaviour``         (B,) bool           the sample has recorded log-probs
-``logprobs_temperature``  (B,) float32        :attr:`Sample.logprobs_temperature`: GRPO divides the row's
-                                              logits by it, so that its log-probs are the recorded ones'
-``advantages``            (B,) float32        :attr:`Sample.advantage` (filled by the algorithm)
-``weights``               (B,) float32        :attr:`Sample.weight` (loss weights, e.g. FBC's recency)
-``rewards``               (B,) float32        the episode's reward (NaN when there is none)
-``policy_version``        (B,) int64          the policy version that generated the step
-``pixel_values``          (P, patch_dim) f32  every image of the batch, in order (absent without images)
-``image_grid_thw``        (n_images, 3) int64
-``mm_token_type_ids``     (B, T) int32        1 on image tokens; only with ``mm_token_types=True`` (models
-                                              whose forward takes it: transformers >= 5)
-========================  ==================  ==========================================================
+==========================  ==================  ==========================================================
+key                         shape, dtype        meaning
+==========================  ==================  ==========================================================
+``input_ids``               (B, T) int64        prompt + target, then ``pad_token_id``
+``attention_mask``          (B, T) int64        1 on real tokens
+``labels``                  (B, T) int64        the target ids at their own positions, -100 elsewhere
+                                                (prompt, history, padding); HF convention: the model
+                                                shifts, i.e. logits[:, t - 1] predict labels[:, t]
+``loss_mask``               (B, T) bool         ``labels != -100``
+``behaviour_logprobs``      (B, T) float32      the recorded log-prob of labels[:, t] at position t (0 where
+                                                masked or unknown; see ``has_behaviour``)
+``has_behaviour``           (B,) bool           the sample has recorded log-probs
+``logprobs_temperature``    (B,) float32        :attr:`Sample.logprobs_temperature`: GRPO divides the row's
+                                                logits by it, so that its log-probs are the recorded ones'
+``logprobs_vision_masked``  (B,) bool           :attr:`Sample.logprobs_vision_masked`: whether the row's
+                                                log-probs leave the vision placeholders out
+``advantages``              (B,) float32        :attr:`Sample.advantage` (filled by the algorithm)
+``weights``                 (B,) float32        :attr:`Sample.weight` (loss weights, e.g. FBC's recency)
+``rewards``                 (B,) float32        the episode's reward (NaN when there is none)
+``policy_version``          (B,) int64          the policy version that generated the step
+``pixel_values``            (P, patch_dim) f32  every image of the batch, in order (absent without images)
+``image_grid_thw``          (n_images, 3) int64
+``mm_token_type_ids``       (B, T) int32        1 on image tokens; only with ``mm_token_types=True`` (models
+                                                whose forward takes it: transformers >= 5)
+==========================  ==================  ==========================================================
 """
 
 from __future__ import annotations
@@ -141,6 +143,9 @@ class Sample:
     logprobs_of: str | None = None
     logprobs_temperature: float = 1.0
     logprobs_comparable: bool = False
+    # Whether that distribution left the vision placeholders out (parsed.logprobs_vision_masked; the hf backend's
+    # way, and what records from before that field were compared with).
+    logprobs_vision_masked: bool = True
 
     @property
     def target_ids(self) -> list[int]:
@@ -198,8 +203,10 @@ def _header(path: Path) -> bytes:
 
 def _decodes_to(tokenizer: Any, token_ids: Sequence[int], reply: str) -> bool:
     """The recorded tokens are the reply "modulo special tokens": the backends decode with special tokens
-    skipped (hf), or keep them (some servers)."""
-    if tokenizer.decode(list(token_ids), skip_special_tokens=True) == reply:
+    skipped (hf), or keep them (some servers). A reply cut inside a character (at ``max_tokens``) ends in bytes
+    that decode to U+FFFD, which a server's incremental detokenizer withholds from its text (vLLM's)."""
+    decoded = tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    if decoded == reply or (decoded.startswith(reply) and not decoded[len(reply):].strip("\ufffd")):
         return True
     return tokenizer.decode(list(token_ids), skip_special_tokens=False) == reply
 
@@ -248,7 +255,8 @@ def step_sample(proc: Processing, record: EpisodeRecord, step: StepRecord, run_d
         behaviour_logprobs=[float(x) for x in logprobs] if logprobs is not None else None,
         prompt_sha256=sha, recorded_prompt_sha256=recorded_sha, target_source=source,
         page_changed=step.get("page_changed"), logprobs_of=parsed.get("logprobs_of"),
-        logprobs_temperature=temperature, logprobs_comparable=comparable)
+        logprobs_temperature=temperature, logprobs_comparable=comparable,
+        logprobs_vision_masked=parsed.get("logprobs_vision_masked") is not False)
 
 
 def samples_from_records(proc: Processing, records: Iterable[EpisodeRecord], run_dir: str | Path,
@@ -395,6 +403,7 @@ class Collator:
             "loss_mask": labels != IGNORE_INDEX, "behaviour_logprobs": behaviour,
             "has_behaviour": torch.tensor([s.behaviour_logprobs is not None for s in samples], dtype=torch.bool),
             "logprobs_temperature": torch.tensor([s.logprobs_temperature for s in samples], dtype=torch.float32),
+            "logprobs_vision_masked": torch.tensor([s.logprobs_vision_masked for s in samples], dtype=torch.bool),
             "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
             "weights": torch.tensor([s.weight for s in samples], dtype=torch.float32),
             "rewards": torch.tensor([math.nan if s.reward is None else s.reward for s in samples], dtype=torch.float32),

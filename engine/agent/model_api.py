@@ -45,8 +45,8 @@ class ChatRequest:
 
 
 #: What :attr:`Generation.logprobs_of` may say, i.e. under which distribution a reply's log-probs were taken
-#: (``logits`` the model's scores at a step, vision placeholders suppressed, ``T`` the request's
-#: :attr:`SamplingParams.temperature`):
+#: (``logits`` the model's scores at a step, with the vision placeholders left out where
+#: :attr:`Generation.logprobs_vision_masked` says so, ``T`` the request's :attr:`SamplingParams.temperature`):
 #:
 #: - ``"model"``: ``log_softmax(logits)``, the model's own distribution before temperature, top-k and top-p
 #:   (the ``hf`` backend's default, vLLM's ``raw_logprobs``, SGLang with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``);
@@ -74,6 +74,9 @@ class Generation:
     token_ids: list[int] | None = None  # the generated tokens (not the prompt)
     logprobs: list[float] | None = None  # one per generated token (``logprobs_of`` says under which distribution)
     logprobs_of: str | None = None  # one of LOGPROBS_KINDS, or None: the backend does not say
+    # Whether the vision placeholders were left out of that distribution (the hf backend never samples them; vLLM's
+    # and SGLang's log-probs are over the whole vocabulary): the trainer takes each step's the same way.
+    logprobs_vision_masked: bool = False
     prompt_tokens: int | None = None
     finish_reason: str | None = None  # stop | length | ...
     # sha256 of the prompt token ids as little-endian int32 (policy.prompting.prompt_sha256): training checks
