@@ -116,15 +116,22 @@ async def run_mode(root: Path, model: Path, mode: LoopMode, args: argparse.Names
     return {**summarise(mode, reports, wall), "total_s": round(time.monotonic() - t0, 2)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iterations", type=int, default=4)
-    parser.add_argument("--train-steps", type=int, default=4, help="optimizer steps per iteration")
-    parser.add_argument("--concurrency", type=int, default=16)
+def loop_arguments(description: str, *, iterations: int, train_steps: int, concurrency: int,
+                   staleness: int) -> argparse.ArgumentParser:
+    """The command line of a loop benchmark over the coin-flip tasks (what :func:`config` reads), its defaults."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--iterations", type=int, default=iterations)
+    parser.add_argument("--train-steps", type=int, default=train_steps, help="optimizer steps per iteration")
+    parser.add_argument("--concurrency", type=int, default=concurrency)
     parser.add_argument("--steps", type=int, default=3, help="step cap of every episode")
-    parser.add_argument("--staleness", type=int, default=2, help="async: versions the rollouts may run ahead")
-    parser.add_argument("--speed", type=float, default=1.0, help="divides the simulated server's latency")
+    parser.add_argument("--staleness", type=int, default=staleness, help="async: versions the rollouts may run ahead")
     parser.add_argument("--json", type=Path, default=None)
+    return parser
+
+
+def main() -> None:
+    parser = loop_arguments(__doc__.split("\n\n")[0], iterations=4, train_steps=4, concurrency=16, staleness=2)
+    parser.add_argument("--speed", type=float, default=1.0, help="divides the simulated server's latency")
     args = parser.parse_args()
     import uvloop
 
