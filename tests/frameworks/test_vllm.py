@@ -1,9 +1,10 @@
 """The engine against vLLM itself: ``vllm serve`` (vLLM 0.32's CPU build, ``.venv-vllm``) on a tiny Qwen2-VL built
 offline, the engine in the project's environment talking to it over HTTP, as on a GPU machine.
 
-- ``webgym-engine run --policy openai --token-ids`` runs bundled episodes against the server: each step's reply,
-  its token ids and their log-probabilities, and the screenshot sent with it are recorded; a random model's
-  garbage replies end as honest failures, not errors.
+- ``webgym-engine run --policy openai --token-ids --logprobs-of model`` runs bundled episodes against the server:
+  each step's reply, its token ids and their log-probabilities (of the model's own distribution, the whole
+  vocabulary), and the screenshot sent with it are recorded; a random model's garbage replies end as honest
+  failures, not errors.
 - The weight push the RL loop makes after every update (``policy.weight_sync.VLLMSync``): pause, ``reload_weights``
   through ``/collective_rpc``, the version label, resume; the pushed weights answer, labelled, and pushing the first
   checkpoint back gives its replies again, token for token.
