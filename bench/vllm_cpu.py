@@ -7,7 +7,6 @@ For the tests against vLLM itself (tests/frameworks/test_vllm.py) and the benchm
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -15,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from train.policy_target import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -30,12 +31,6 @@ class VLLMServer:
     base_url: str
     pid: int
     start_s: float  # from the process's start to the first answer of /v1/models
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _up(base_url: str) -> bool:
@@ -61,7 +56,7 @@ def vllm_server(model_dir: Path, log: Path, timeout_s: float) -> Iterator[VLLMSe
     within ``timeout_s``."""
     if not VLLM_PYTHON.exists():
         raise RuntimeError(f"{VLLM_PYTHON} is missing: `make .venv-vllm/.installed` builds it (make test does)")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB}
     base_url = f"http://127.0.0.1:{port}/v1"
     t0 = time.monotonic()

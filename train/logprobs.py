@@ -87,15 +87,12 @@ def label_logprobs(model: Any, batch: dict[str, Any], device: Any,
         raise RuntimeError(f"{logits.shape[0]} logits for {targets.shape[0]} labels")
     # Each row's distribution leaves the vision placeholders out where its recording did (the hf backend's, and
     # the default); vLLM's and SGLang's are over the whole vocabulary.
-    masked = logits
-    vision = vision_token_ids(model.config)
-    if vision:
-        cut = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
-        cut[vision] = True
-        per_row = batch.get("logprobs_vision_masked")
-        if per_row is not None:
-            cut = cut & per_row.to(logits.device)[rows].unsqueeze(-1)
-        masked = logits.masked_fill(cut, float("-inf"))
+    vision = torch.tensor(vision_token_ids(model.config), dtype=torch.long, device=logits.device)
+    per_row = batch.get("logprobs_vision_masked")
+    leave_out = (per_row.to(logits.device)[rows] if per_row is not None
+                 else torch.ones_like(rows, dtype=torch.bool)).unsqueeze(-1)
+    masked = logits.clone()  # only the placeholders' columns change: (labels, placeholders), not (labels, vocabulary)
+    masked[:, vision] = logits[:, vision].masked_fill(leave_out, float("-inf"))
     scale = _row_scale(temperature, rows, logits)
     if scale is not None:
         masked = masked / scale  # -inf stays -inf

@@ -1,4 +1,4 @@
-"""The engine against vLLM itself: ``vllm serve`` (vLLM 0.32's CPU build, ``.venv-vllm``) on a tiny Qwen2-VL built
+"""The engine against vLLM itself: ``vllm serve`` (vLLM 0.32's CPU build, ``.venv-vllm``) on a tiny Qwen2.5-VL built
 offline, the engine in the project's environment talking to it over HTTP, as on a GPU machine.
 
 - ``webgym-engine run --policy openai --token-ids --logprobs-of model`` runs bundled episodes against the server:
@@ -41,11 +41,11 @@ START_TIMEOUT_S = 400  # an allowance: the server starts beside the other tests 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two tiny Qwen2-VL checkpoints of one shape (the start and a 'trained' one). Hidden size 128: vLLM's CPU
+    """Two tiny Qwen2.5-VL checkpoints of one shape (the start and a 'trained' one). Hidden size 128: vLLM's CPU
     attention takes head sizes from 32."""
     root = tmp_path_factory.mktemp("vllm-models")
-    return (build_tiny_model(root / "start", "qwen2_vl", seed=0, hidden_size=128),
-            build_tiny_model(root / "trained", "qwen2_vl", seed=1, hidden_size=128))
+    return (build_tiny_model(root / "start", "qwen2_5_vl", seed=0, hidden_size=128),
+            build_tiny_model(root / "trained", "qwen2_5_vl", seed=1, hidden_size=128))
 
 
 @pytest.fixture(scope="module")
