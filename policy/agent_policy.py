@@ -76,8 +76,9 @@ class AgentPolicy(Policy):
     async def act(self, request: PolicyRequest) -> PolicyReply:
         view = request.observation
         messages, images = self.protocol.messages(request.task, request.history, view)
-        gen = await self.model.generate(ChatRequest(f"{request.episode_id}/{request.step}", messages, images,
-                                                    self.sampling))
+        request_id = f"{request.episode_id}/{request.step}"
+        gen = await self.model.generate(ChatRequest(request_id, messages, images,
+                                                    self.sampling.for_request(request_id)))
         if not isinstance(gen.text, str):  # a backend's bug: the parser and the record take text only
             raise PolicyError(f"the model backend {self.model.name!r} returned a {type(gen.text).__name__} "
                               "as the reply's text")

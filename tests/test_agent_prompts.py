@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.agent.actions import AgentAction
 from engine.agent.context import build_messages
-from engine.agent.model_api import ChatRequest, Generation, LanguageModel, image_refs
+from engine.agent.model_api import ChatRequest, Generation, LanguageModel, SamplingParams, image_refs
 from engine.agent.policy_api import PolicyRequest, StepView
 from engine.agent.prompts import AgentConfig, PromptTemplates, fill, fill_rows, system_prompt
 from engine.tasks.schema import Task
@@ -160,6 +160,24 @@ async def test_agent_policy_maps_grid_coordinates_and_records() -> None:
     assert reply.details["frames"]["css_px"] == [640, 192] and reply.details["action_text"] == "act"
     assert reply.messages == model.requests[0].messages and reply.messages[0]["role"] == "system"
     assert model.requests[0].images == {"frames/ep/000.jpg": b"jpeg-0"}
+
+
+async def test_a_seeded_policy_gives_each_request_its_own_reproducible_seed() -> None:
+    """vLLM and SGLang seed each request on its own: one seed for all would draw every episode's sample alike."""
+    replies = [call({"action": "left_click", "coordinate": [1, 1]})] * 8
+    seeds = []
+    for _run in range(2):
+        model = RecordingModel(list(replies))
+        policy = AgentPolicy(model, AgentConfig(), SamplingParams(temperature=1.0, seed=7))
+        for episode, step in [("t1#0", 0), ("t1#0", 1), ("t1#1", 0), ("t2#0", 0)]:
+            await policy.act(PolicyRequest(episode, TASK, step, view(step)))
+        seeds.append([r.sampling.seed for r in model.requests])
+    assert seeds[0] == seeds[1]  # reproducible
+    assert len(set(seeds[0])) == 4 and all(isinstance(s, int) and 0 <= s < 2**31 for s in seeds[0])
+    assert policy.describe()["sampling"]["seed"] == 7  # the run's record keeps the seed it was given
+    unseeded = RecordingModel(list(replies))
+    await AgentPolicy(unseeded, AgentConfig()).act(PolicyRequest("t1#0", TASK, 0, view(0)))
+    assert unseeded.requests[0].sampling.seed is None
 
 
 async def test_agent_policy_som_element_ids_and_bad_replies() -> None:

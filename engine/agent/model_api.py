@@ -13,6 +13,8 @@ the recorded messages stay small.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -32,6 +34,16 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_tokens": self.max_tokens, "seed": self.seed, "logprobs": self.logprobs}
+
+    def for_request(self, request_id: str) -> SamplingParams:
+        """These settings for one request: with a seed, the request's own seed, derived from that seed and
+        ``request_id`` (the same pair, the same seed). vLLM and SGLang seed each request on its own: one seed
+        shared by every request gives every request the same random draws, and an evaluation at temperature 1
+        then samples all its episodes alike (all of them submit, or none)."""
+        if self.seed is None:
+            return self
+        digest = hashlib.blake2b(f"{self.seed}/{request_id}".encode(), digest_size=4).digest()
+        return dataclasses.replace(self, seed=int.from_bytes(digest, "big") >> 1)  # 31 bits: any server's range
 
 
 @dataclass(slots=True)
