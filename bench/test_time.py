@@ -7,8 +7,9 @@ is removed afterwards, so this also shows that the committed files alone install
 ``--here`` runs ``make test`` in this checkout instead (its setup a no-op).
 
 ``make test`` builds the frameworks' environments (``.venv-verl``, ``.venv-areal``, ``.venv-vllm``; with a uv cache of
-its own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them and the engine's tests against a
-vLLM server beside the import-layering and type checks (all at once), then the tests in ``TEST_PROCS`` processes,
+its own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them, the engine's tests against a
+vLLM server and the RL loop's learning test with vLLM serving beside the import-layering and type checks (all at
+once), then the tests in ``TEST_PROCS`` processes,
 then the timing tests alone; each pytest phase writes a JUnit report (``TEST_REPORT``), from which come the test
 counts, each phase's time and every test file's time (``files``, slowest first: ``tests/conftest.py`` starts the
 files in that order).
@@ -34,10 +35,11 @@ from typing import Any
 from bench.report import row, write_result
 from bench.suite import ROOT, machine_facts
 
-PHASES = ("parallel", "wallclock", "verl", "areal", "vllm")  # the Makefile's names for its pytest runs, in order
+# The Makefile's names for its pytest runs, in order.
+PHASES = ("parallel", "wallclock", "verl", "areal", "vllm", "vllm-grpo")
 # Those run first, at once: the veRL and AReaL adapters' tests in their frameworks' environments, the engine against
-# a vLLM server run from its own environment.
-FRAMEWORK_PHASES = ("verl", "areal", "vllm")
+# a vLLM server run from its own environment, and the RL loop's learning test with vLLM serving.
+FRAMEWORK_PHASES = ("verl", "areal", "vllm", "vllm-grpo")
 BUDGET_S = 10 * 60  # the suite must stay under 10 minutes on 2 cores (the main environment's setup excluded)
 SLOWEST = 8  # test files named in the notes
 
@@ -125,7 +127,8 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
     summary += [
         row("make test, from start to end", measured["test_s"], "s", f"<= {BUDGET_S}", measured["test_s"] <= BUDGET_S),
         # They run at once, beside the type check: the longest one is what they take.
-        row("first the veRL, AReaL and vLLM tests, each framework in its own environment, at once",
+        row("first the veRL, AReaL and vLLM tests (the learning test with vLLM serving among them), each framework "
+            "in its own environment, at once",
             max(p.seconds for p in frameworks), "s"),
         row(f"the tests in {procs} processes", par.seconds, "s"),
         row("then the timing tests alone", wall.seconds, "s"),

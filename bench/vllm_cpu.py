@@ -33,6 +33,26 @@ class VLLMServer:
     start_s: float  # from the process's start to the first answer of /v1/models
 
 
+@dataclass(frozen=True)
+class VLLMStarting:
+    """A server whose process runs and whose answer is not awaited yet (:func:`starting_vllm`)."""
+
+    base_url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    t0: float  # time.monotonic() at its start
+
+    def ready(self, timeout_s: float) -> VLLMServer:
+        """Wait until the server answers; ``RuntimeError`` with its log's end if it stops or does not answer
+        within ``timeout_s`` of its start."""
+        while not _up(self.base_url):
+            if self.proc.poll() is not None or time.monotonic() - self.t0 > timeout_s:
+                raise RuntimeError(f"vllm serve did not start (exit {self.proc.poll()}); its log:\n"
+                                   + self.log.read_text(errors="replace")[-4000:])
+            time.sleep(0.5)
+        return VLLMServer(self.base_url, self.proc.pid, time.monotonic() - self.t0)
+
+
 def _up(base_url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{base_url}/models", timeout=2) as reply:
@@ -50,26 +70,20 @@ def command(model_dir: Path, port: int) -> list[str]:
 
 
 @contextmanager
-def vllm_server(model_dir: Path, log: Path, timeout_s: float) -> Iterator[VLLMServer]:
-    """Serve ``model_dir`` (its output in ``log``) with the control routes the weight push uses
-    (``VLLM_SERVER_DEV_MODE=1``) until the block ends; ``RuntimeError`` with the log's end if it does not start
-    within ``timeout_s``."""
+def starting_vllm(model_dir: Path, log: Path) -> Iterator[VLLMStarting]:
+    """Start serving ``model_dir`` (its output in ``log``) with the control routes the weight push uses
+    (``VLLM_SERVER_DEV_MODE=1``), without waiting for it (its start takes a minute: the caller works meanwhile
+    and calls :meth:`VLLMStarting.ready`); the server stops when the block ends."""
     if not VLLM_PYTHON.exists():
         raise RuntimeError(f"{VLLM_PYTHON} is missing: `make .venv-vllm/.installed` builds it (make test does)")
     port = free_port()
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB}
-    base_url = f"http://127.0.0.1:{port}/v1"
     t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(command(model_dir, port), stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     try:
-        while not _up(base_url):
-            if proc.poll() is not None or time.monotonic() - t0 > timeout_s:
-                raise RuntimeError(f"vllm serve did not start (exit {proc.poll()}); its log:\n"
-                                   + log.read_text(errors="replace")[-4000:])
-            time.sleep(0.5)
-        yield VLLMServer(base_url, proc.pid, time.monotonic() - t0)
+        yield VLLMStarting(f"http://127.0.0.1:{port}/v1", proc, log, t0)
     finally:
         os.killpg(proc.pid, 15)
         try:
@@ -77,6 +91,13 @@ def vllm_server(model_dir: Path, log: Path, timeout_s: float) -> Iterator[VLLMSe
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+@contextmanager
+def vllm_server(model_dir: Path, log: Path, timeout_s: float) -> Iterator[VLLMServer]:
+    """:func:`starting_vllm`, once it answers (``RuntimeError`` if it does not within ``timeout_s``)."""
+    with starting_vllm(model_dir, log) as starting:
+        yield starting.ready(timeout_s)
 
 
 def pss_mib(pid: int) -> float:

@@ -141,6 +141,8 @@ async def run_loop(cfg: LoopConfig, target: PolicyTarget | None = None,
         eval_tasks = load_task_source(cfg.eval_tasks, service.base_url) if cfg.eval_tasks else []
         _warn_unrewardable([*tasks, *eval_tasks], judge is not None, cfg.reward)
         await target.start()
+        if cfg.push_start:
+            await target.sync.push(cfg.train.model_dir, 0)
         usage = Utilization({
             "browsers": lambda: (service.stats.states["W"] + service.stats.states["R"]) / cfg.concurrency,
             "policy_idle": lambda: float(counted.in_flight == 0)})

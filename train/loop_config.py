@@ -42,6 +42,9 @@ class LoopConfig:
     servers: list[str] = field(default_factory=list)  # API roots of the policy servers, e.g. http://h:8000/v1
     served_model: str = ""  # the name the servers serve the policy under (default: train.model_dir)
     push_mode: PushMode = "abort"  # requests in flight during a push: "abort" (sent again) | "wait" (finish on old)
+    # The servers serve other weights than train.model_dir (started on the base model; a run resumed from a
+    # checkpoint): push train.model_dir into them, as version 0, before the first rollout.
+    push_start: bool = False
     # What the servers' log-probs are of (engine.agent.model_api); "": vllm "model", sglang "temperature".
     logprobs_of: LogprobsKind | Literal[""] = ""
     device: str = "auto"  # where the in-process rollout model runs

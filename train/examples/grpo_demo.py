@@ -14,9 +14,11 @@ split into disjoint sets: demonstrations, validation, RL training and a held-out
    step 3.
 3. Three runs of the RL loop (:func:`train.loop.run_loop`, exactly as ``webgym-engine train CONFIG`` runs it;
    each run's config is written to the work directory) from that checkpoint, with the same layouts, seeds and
-   budget: GRPO in ``mode = "async"``, the policy served by the stand-in for vLLM (``policy = "stand_in"``:
-   :mod:`policy.served_stand_in`, the OpenAI API and vLLM's weight-transfer endpoints over real HTTP), new weights
-   pushed after every update, staleness bound 1, decoupled importance sampling:
+   budget: GRPO in ``mode = "async"``, the policy served over HTTP, new weights pushed after every update,
+   staleness bound 1, decoupled importance sampling. The server: vLLM itself when the caller gives one (``vllm``
+   of :func:`run_demo`: the warm start is pushed into it before each run; the test suite serves vLLM's CPU build),
+   else the stand-in for vLLM (``policy = "stand_in"``: :mod:`policy.served_stand_in`, the ``hf`` backend behind
+   vLLM's OpenAI API and weight-transfer endpoints, started by the loop):
 
    - ``grpo``: AsyncWebRL's ``1/k`` normaliser;
    - ``control``: the same, with the rewards shuffled inside each group (the updates keep their sizes and carry
@@ -44,7 +46,7 @@ import math
 import random
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 #: name the layout): short sequences for a CPU.
 TEMPLATES = {"system": "You are a web agent. Reply with Action: and one <tool_call>.\n", "first_user": "Task: $task"}
 RUNS = ("grpo", "control", "tau")  # see the module docstring
+SERVED_NAME = "policy"  # the model name a vLLM server serves the demonstration's policy under
 
 
 @dataclass(frozen=True)
@@ -380,12 +383,16 @@ def warm_start(cfg: DemoConfig, work: Path, model_dir: Path, demo_run: Path, val
 
 
 def loop_config(cfg: DemoConfig, name: str, work: Path, checkpoint: Path, train_tasks: Path, heldout: Path,
-                agent: dict[str, Any], eval_start: bool = True) -> Path:
+                agent: dict[str, Any], eval_start: bool = True, vllm: str = "") -> Path:
     """The ``webgym-engine train`` config of run ``name`` (see :data:`RUNS`), written to ``work/NAME.toml``;
-    ``eval_start`` False: the run does not evaluate its checkpoint first (the first run did)."""
+    ``eval_start`` False: the run does not evaluate its checkpoint first (the first run did). ``vllm``: the API
+    root of a vLLM server of the demonstration's model (:func:`build_model`) serving it under
+    :data:`SERVED_NAME`, which the run pushes the checkpoint into first; "": the stand-in."""
+    serving: dict[str, Any] = ({"policy": "vllm", "servers": [vllm], "served_model": SERVED_NAME, "push_start": True}
+                               if vllm else {"policy": "stand_in"})
     loop = {"tasks": str(train_tasks), "iterations": cfg.iterations, "mode": "async", "staleness": cfg.staleness,
             "samples_per_task": cfg.group_size, "batch_groups": cfg.groups_per_iteration,
-            "concurrency": cfg.concurrency, "workers": 1, "policy": "stand_in", "device": "cpu",
+            "concurrency": cfg.concurrency, "workers": 1, **serving, "device": "cpu",
             "max_batch": cfg.concurrency, "temperature": 1.0, "top_p": 1.0, "max_tokens": 128,
             "step_caps": [cfg.step_cap] * 3, "eval_tasks": str(heldout), "eval_samples": 1,
             "eval_temperature": 1.0, "eval_start": eval_start, "output_dir": str(work / name)}
@@ -420,12 +427,25 @@ def summarise_run(name: str, config: Path, result: Any, wall_s: float, start: An
                       wall_s)
 
 
-def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
-    """Steps 1-4 of the module docstring in ``work``; returns the figures."""
+def build_model(cfg: DemoConfig, out: Path) -> Path:
+    """The demonstration's tiny random model (step 1), written to ``out``: the same weights and tokenizer for the
+    same ``cfg`` on every call, so that a server started on another copy serves the same model."""
+    from policy.tiny_models import build_tiny_model
+
+    return build_tiny_model(out, cfg.arch, cfg.model_seed, hidden_size=cfg.hidden_size, num_layers=cfg.layers,
+                            max_pixels=cfg.max_pixels, corpus=[f"Task: {colour_board.INSTRUCTION}"])
+
+
+def run_demo(work: str | Path, cfg: DemoConfig | None = None, vllm: Callable[[], str] | None = None) -> DemoResult:
+    """Steps 1-4 of the module docstring in ``work``; returns the figures.
+
+    ``vllm``: the RL runs' policy is served by vLLM, not by the stand-in. Called once the warm start is done, it
+    returns the API root of a vLLM server of :func:`build_model`'s model (any copy: each run pushes its checkpoint
+    into it first) with the control routes the push uses, serving it as :data:`SERVED_NAME` (it may wait for the
+    server to answer: the server starts while the demonstrations and the warm start run)."""
     import torch
 
     from engine.sites.server import SiteServer
-    from policy.tiny_models import build_tiny_model
     from train.evaluation import paired_gain
     from train.loop import run_loop
     from train.loop_config import LoopConfig
@@ -451,18 +471,21 @@ def run_demo(work: str | Path, cfg: DemoConfig | None = None) -> DemoResult:
                                                                  work / "scripted", server.base_url))
         times["demonstrations"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        model_dir = build_tiny_model(work / "model", cfg.arch, cfg.model_seed, hidden_size=cfg.hidden_size,
-                                     num_layers=cfg.layers, max_pixels=cfg.max_pixels,
-                                     corpus=[f"Task: {colour_board.INSTRUCTION}"])
+        model_dir = build_model(cfg, work / "model")
         checkpoint, warm = warm_start(cfg, work, model_dir, demo_run, validation_run, agent)
         times["warm start"] = time.perf_counter() - t0
+        vllm_url = ""
+        if vllm:
+            t0 = time.perf_counter()
+            vllm_url = vllm()
+            times["waiting for the vLLM server"] = time.perf_counter() - t0
         runs: dict[str, RunSummary] = {}
         ends: dict[str, Evaluation] = {}  # each run's S1, per board
         # Every run starts from the same checkpoint: the first one's evaluation of it is every run's S0.
         start = None
         for name in cfg.runs:
             config = loop_config(cfg, name, work, checkpoint, files["train"], files["heldout"], agent,
-                                 eval_start=start is None)
+                                 eval_start=start is None, vllm=vllm_url)
             t0 = time.perf_counter()
             result = asyncio.run(run_loop(LoopConfig.load(config)))
             times[f"run {name}"] = time.perf_counter() - t0
