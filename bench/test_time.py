@@ -6,13 +6,12 @@ own, empty; the apt packages are checked, and installed only when missing), then
 is removed afterwards, so this also shows that the committed files alone install everything the tests need.
 ``--here`` runs ``make test`` in this checkout instead (its setup a no-op).
 
-``make test`` builds the frameworks' environments (``.venv-verl``, ``.venv-areal``, ``.venv-vllm``; with a uv cache of
-its own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them, the engine's tests against a
-vLLM server and the RL loop's learning test with vLLM serving beside the import-layering and type checks (all at
-once), then the tests in ``TEST_PROCS`` processes,
-then the timing tests alone; each pytest phase writes a JUnit report (``TEST_REPORT``), from which come the test
-counts, each phase's time and every test file's time (``files``, slowest first: ``tests/conftest.py`` starts the
-files in that order).
+``make test`` builds the frameworks' environments (``.venv-verl``, ``.venv-areal``, ``.venv-vllm``, ``.venv-openenv``;
+with a uv cache of its own, empty, on a fresh clone) and runs the veRL and AReaL adapters' tests in them, the engine's
+tests against a vLLM server and OpenEnv's client against the engine beside the import-layering and type checks (all
+at once), then the tests in ``TEST_PROCS`` processes, then the timing tests alone; each pytest phase writes a JUnit
+report (``TEST_REPORT``), from which come the test counts, each phase's time and every test file's time (``files``,
+slowest first: ``tests/conftest.py`` starts the files in that order).
 
     python -m bench.test_time [--here] [--procs 2] [--json docs/benchmarks/test_time.json]
 """
@@ -36,10 +35,10 @@ from bench.report import row, write_result
 from bench.suite import ROOT, machine_facts
 
 # The Makefile's names for its pytest runs, in order.
-PHASES = ("parallel", "wallclock", "verl", "areal", "vllm", "vllm-grpo")
+PHASES = ("parallel", "wallclock", "verl", "areal", "vllm", "openenv")
 # Those run first, at once: the veRL and AReaL adapters' tests in their frameworks' environments, the engine against
-# a vLLM server run from its own environment, and the RL loop's learning test with vLLM serving.
-FRAMEWORK_PHASES = ("verl", "areal", "vllm", "vllm-grpo")
+# a vLLM server run from its own environment, and OpenEnv's own client.
+FRAMEWORK_PHASES = ("verl", "areal", "vllm", "openenv")
 BUDGET_S = 10 * 60  # the suite must stay under 10 minutes on 2 cores (the main environment's setup excluded)
 SLOWEST = 8  # test files named in the notes
 
@@ -127,8 +126,7 @@ def result(measured: dict[str, Any], procs: int, fresh: bool) -> dict[str, Any]:
     summary += [
         row("make test, from start to end", measured["test_s"], "s", f"<= {BUDGET_S}", measured["test_s"] <= BUDGET_S),
         # They run at once, beside the type check: the longest one is what they take.
-        row("first the veRL, AReaL and vLLM tests (the learning test with vLLM serving among them), each framework "
-            "in its own environment, at once",
+        row("first the veRL, AReaL, vLLM and OpenEnv tests, each framework in its own environment, at once",
             max(p.seconds for p in frameworks), "s"),
         row(f"the tests in {procs} processes", par.seconds, "s"),
         row("then the timing tests alone", wall.seconds, "s"),

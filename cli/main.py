@@ -23,6 +23,7 @@ from browserpool.consent import CONSENT_MODES
 from cli.console_streams import keep_going_without_a_console
 from cli.lazy_group import LazyGroup
 from cli.open_files import raise_open_file_limit
+from cli.openenv import openenv as openenv_cmd
 from cli.options import (
     ObserveKinds,
     check_sockets,
@@ -423,6 +424,7 @@ async def _run_with_progress(cfg: RunConfig, policy: Policy, judge: RubricJudge 
 
 main.add_command(tasks_group)
 main.add_command(serve_cmd)
+main.add_command(openenv_cmd)
 main.add_command(workers_cmd)
 main.add_command(monitor)
 main.add_command(view_cmd)

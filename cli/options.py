@@ -20,6 +20,7 @@ from engine.core.config import RunConfig
 from engine.rewards.judge import JudgeConfig
 from policy.registry import BackendConfig
 from server.app import ServerConfig
+from server.openenv.config import OpenEnvConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,7 +41,7 @@ def default_of(cls: type, name: str) -> Any:
     raise LookupError(f"{cls.__name__}.{name} has no plain default")
 
 
-Command = Literal["run", "serve", "worker"]
+Command = Literal["run", "serve", "openenv", "worker"]
 
 # The config field each command-line option sets, by command: the option takes its default from the field, where
 # it is written once. tests/test_cli_defaults.py holds every option of these commands to this table (an option with
@@ -93,6 +94,14 @@ OPTION_FIELDS: dict[Command, dict[str, tuple[type, str]]] = {
         "host": (ServerConfig, "host"), "port": (ServerConfig, "port"), "capacity": (ServerConfig, "capacity"),
         "lifetime_max": (ServerConfig, "lifetime_max_mins"), "max_connections": (ServerConfig, "max_connections"),
         "screenshot_format": (ServerConfig, "screenshot_format"),
+    },
+    "openenv": {
+        **_BROWSER, "workers": (RunConfig, "workers"), "output_dir": (RunConfig, "output_dir"),
+        "telemetry": (RunConfig, "telemetry"), "net_policy": (NetSettings, "enabled"),
+        "allow_private_network": (NetSettings, "allow_private_network"),
+        "host": (OpenEnvConfig, "host"), "port": (OpenEnvConfig, "port"), "capacity": (OpenEnvConfig, "capacity"),
+        "vocabulary": (OpenEnvConfig, "vocabulary"), "screenshot": (OpenEnvConfig, "screenshot"),
+        "idle_timeout": (OpenEnvConfig, "idle_timeout_s"), "heartbeat": (OpenEnvConfig, "heartbeat_s"),
     },
     "worker": {"chromium": (WorkerConfig, "chromium_path"), "insecure": (WorkerConfig, "insecure")},
 }

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from click.core import ParameterSource
 from rich.console import Console
 
 from browserpool.config import WorkerConfig
 from cli.console_streams import keep_going_without_a_console
-from cli.open_files import raise_open_file_limit
 from cli.options import (
     check_sockets,
     field_default,
@@ -24,10 +20,9 @@ from cli.options import (
     traffic_options,
     worker_socket_options,
 )
+from cli.serving import api_key_from, serve_until_signal
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
-from engine.core.gc_tuning import tune_for_engine_process
-from engine.core.shutdown import Terminated, until_signal
 from engine.web.local_only import is_loopback
 from server.app import BrowserServer, ServerConfig
 
@@ -76,9 +71,7 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     if not Path(opts["chromium"]).exists():
         raise click.ClickException(f"Chromium not found at {opts['chromium']} (apt-get install chromium)")
     key_env = opts["api_key_env"]
-    api_key = os.environ.get(key_env) or None
-    if api_key is None and ctx.get_parameter_source("api_key_env") is not ParameterSource.DEFAULT:
-        raise click.ClickException(f"--api-key-env {key_env}: the variable is not set")
+    api_key = api_key_from(ctx, key_env)
     if api_key is None and not is_loopback(opts["host"]):
         console.print(f"WARNING: serving on {opts['host']} without an API key: anyone who reaches the port can "
                       f"drive its browsers (set {key_env})")
@@ -99,15 +92,8 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     server_cfg = ServerConfig(host=opts["host"], port=opts["port"], api_key=api_key, capacity=opts["capacity"],
                               lifetime_max_mins=opts["lifetime_max"], record=opts["record"],
                               screenshot_format=opts["screenshot_format"], max_connections=opts["max_connections"])
-    import uvloop
-
-    tune_for_engine_process()
-    raise_open_file_limit()
-    try:
-        uvloop.run(until_signal(_serve(cfg, server_cfg, opts["sites"], console)))
-    except (KeyboardInterrupt, Terminated) as exc:
-        console.print("server stopped; every lease was released")
-        sys.exit(exc.exit_code if isinstance(exc, Terminated) else 0)
+    serve_until_signal(_serve(cfg, server_cfg, opts["sites"], console), console,
+                       "server stopped; every lease was released")
 
 
 async def _serve(cfg: RunConfig, server_cfg: ServerConfig, sites: bool, console: Console) -> None:

@@ -170,22 +170,22 @@ def test_the_test_time_figures_come_from_a_real_pytest_junit_report(tmp_path: Pa
     areal = PhaseReport(tests=3, failures=0, errors=0, skipped=0, seconds=20.0,
                         file_seconds={"tests/f/test_a.py": 20.0})
     vllm = PhaseReport(tests=3, failures=0, errors=0, skipped=0, seconds=12.0, file_seconds={"tests/f/test_l.py": 12.0})
-    grpo = PhaseReport(tests=1, failures=0, errors=0, skipped=0, seconds=15.0, file_seconds={"tests/f/test_g.py": 15.0})
+    openenv = PhaseReport(tests=1, failures=0, errors=0, skipped=0, seconds=5.0,
+                          file_seconds={"tests/f/test_o.py": 5.0})
     data = result({"setup_s": 200.0, "test_s": 1000.0,
                    "phases": {"parallel": phase, "wallclock": quick, "verl": verl, "areal": areal, "vllm": vllm,
-                              "vllm-grpo": grpo}}, 2, True)
+                              "openenv": openenv}}, 2, True)
     rows = {r["figure"]: r for r in data["summary"]}
     assert rows["make test, from start to end"]["met"] is False  # over the 10-minute budget
     assert rows["tests failed"]["value"] == 1 and rows["tests failed"]["met"] is False
     assert rows["tests passed"]["value"] == 15
     # The four run at once: the longest is what they add.
-    first = ("first the veRL, AReaL and vLLM tests (the learning test with vLLM serving among them), each framework "
-             "in its own environment, at once")
+    first = "first the veRL, AReaL, vLLM and OpenEnv tests, each framework in its own environment, at once"
     assert rows[first]["value"] == 20.0
-    assert [f["file"] for f in data["files"]] == ["tests/f/test_a.py", "tests/f/test_g.py", "tests/f/test_l.py",
-                                                  "tests/f/test_v.py", "tests/test_t.py", "tests/test_mixed.py"]
+    assert [f["file"] for f in data["files"]] == ["tests/f/test_a.py", "tests/f/test_l.py", "tests/f/test_v.py",
+                                                  "tests/f/test_o.py", "tests/test_t.py", "tests/test_mixed.py"]
     text = render_block("test-time", {"test_time": {**data, "machine": {"cores": 2, "git_revision": "abc1234"}}})
     assert "1,000 s on a fresh clone of code abc1234, after 200 s of install (" in text.replace("\n", " ")
     assert "15 tests passed, 1 failed and 1 skipped" in text.replace("\n", " ")
-    assert ("first 20 s for the veRL, AReaL and vLLM tests in their own environments (at once, beside the type "
-            "check), then") in text.replace("\n", " ")
+    assert ("first 20 s for the veRL, AReaL, vLLM and OpenEnv tests in their own environments (at once, beside the "
+            "type check), then") in text.replace("\n", " ")

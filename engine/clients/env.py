@@ -198,9 +198,10 @@ class AsyncWebEnv:
         asked = self._policy.asked
         return asked.result() if asked is not None and asked.done() and not self._ended() else None
 
-    async def close(self) -> None:
-        """End a running episode (an ``abandoned`` error record) and free its browser."""
-        await self._abandon("the environment was closed before the episode ended")
+    async def close(self, kind: RecordErrorKind = RecordErrorKind.ABANDONED,
+                    reason: str = "the environment was closed before the episode ended") -> None:
+        """End a running episode (an error record of ``kind``, ``abandoned`` by default) and free its browser."""
+        await self._abandon(reason, kind)
 
     async def __aenter__(self) -> AsyncWebEnv:
         return self
@@ -300,7 +301,7 @@ class AsyncWebEnv:
             info["verdict"] = self._verdict  # resolves to the record with the judge's reward merged in
         return self._observation(), float(reward or 0.0), ended_by_agent, not ended_by_agent, info
 
-    async def _abandon(self, reason: str) -> None:
+    async def _abandon(self, reason: str, kind: RecordErrorKind = RecordErrorKind.ABANDONED) -> None:
         job, rollout = self._job, self.rollout
         self._job = None
         if job is None or rollout is None or job.done():
@@ -309,4 +310,4 @@ class AsyncWebEnv:
         with contextlib.suppress(asyncio.CancelledError):
             await job
         # ... so the env writes its one record
-        self.record = await rollout.end_with_error(RecordErrorKind.ABANDONED, reason)
+        self.record = await rollout.end_with_error(kind, reason)

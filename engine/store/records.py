@@ -88,6 +88,8 @@ class RecordErrorKind(StrEnum):
     EPISODE_TIMEOUT = "episode_timeout"  # the episode ran past episode_timeout_s
     STRAGGLER = "straggler"  # cut at the run's end (RunConfig.straggler_fraction)
     ABANDONED = "abandoned"  # a step-level environment closed with its episode open
+    CLIENT_GONE = "client_gone"  # a remote environment's client went away with its episode open
+    CLIENT_IDLE = "client_idle"  # ... or sent nothing for longer than the server waits
     INTERNAL = "internal"  # a bug of the engine's: the record keeps the exception
     BLOCKED = "blocked"  # status blocked: a block page
     BLOCKED_DOMAIN = "blocked_domain"  # status blocked: the site was on the blocklist, never loaded

@@ -100,8 +100,11 @@ def test_the_trainer_recomputes_the_log_probabilities_vllm_recorded(served_run: 
     from train.samples import build_samples
     from train.trainer import Trainer
 
-    samples = build_samples(served_run, models[0], on_mismatch="raise")
-    assert samples.samples
+    samples = build_samples(served_run, models[0])
+    # vLLM samples from the whole vocabulary: a random model's reply may hold a vision placeholder, which the
+    # trainer leaves out (it would read it as part of an image); nothing else may be left out.
+    assert set(samples.skipped) <= {"vision token in reply"}, samples.skipped
+    assert len(samples.samples) >= 8, samples.skipped
     require_comparable(samples.samples)
     cfg = TrainConfig(model_dir=str(models[0]), output_dir=str(tmp_path), algorithm="grpo", device="cpu",
                       progress=False, plots=False, tensorboard=False)

@@ -11,7 +11,8 @@ run pushes the warm start into the server first and is evaluated on held-out boa
 throughout: vLLM, Chromium through the engine's workers, the bundled site's board page and its own reward, the
 trainer, the loop. The server starts while the demonstrations and the warm start run.
 
-``make test`` runs this file in its first phase (``test-vllm-grpo``), beside the other framework tests.
+The server comes from ``.venv-vllm``, which ``make test`` builds in its first phase; this file runs in the second,
+among the suite's tests (their longest).
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def test_grpo_served_by_vllm_raises_held_out_success_above_a_shuffled_reward_con
     assert [it["version"] for it in grpo.iterations] == list(range(1, len(grpo.iterations) + 1))
     assert all(it["max_staleness"] <= 1 for it in grpo.iterations)
     assert all(it["excluded"] == 0 for it in grpo.iterations)
-    # vLLM served them: it holds the control run's last version, and it answered every recorded step.
-    assert weight_info["weight_version"] == str(len(control.iterations)), weight_info
+    # vLLM served them: it holds the control run's last version (an iteration without a sample to train on, every
+    # group's rewards alike, pushes nothing), and it answered every recorded step.
+    assert weight_info["weight_version"] == str(control.iterations[-1]["version"]), weight_info
     steps = sum(len(r.get("steps") or []) for run in ("grpo", "control")
                 for rollouts in (tmp_path / "demo" / run / "rollouts").iterdir() if rollouts.is_dir()
                 for r in read_records(rollouts))
