@@ -27,8 +27,13 @@ class ServedModelTestServer(FaultInjectingServer, ServedStandInServer):
     def __init__(self, model: HFModel, flavor: str = "vllm", served_model_name: str = "policy", **kwargs: Any) -> None:
         super().__init__(model, flavor, served_model_name, **kwargs)
         self.generation_delay_s = 0.0  # added to every generation (abortable), to hold requests in flight
+        self.generating = 0  # generations under way (a test waits for its requests to be in flight here)
 
     async def run_model(self, chat: ChatRequest) -> Generation:
-        if self.generation_delay_s:
-            await asyncio.sleep(self.generation_delay_s)
-        return await super().run_model(chat)
+        self.generating += 1
+        try:
+            if self.generation_delay_s:
+                await asyncio.sleep(self.generation_delay_s)
+            return await super().run_model(chat)
+        finally:
+            self.generating -= 1

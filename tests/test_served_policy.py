@@ -27,6 +27,7 @@ from policy.hf_backend import HFModel  # noqa: E402
 from policy.openai_backend import OpenAIModel  # noqa: E402
 from policy.tiny_models import build_tiny_model  # noqa: E402
 from policy.weight_sync import WeightSync, server_sync  # noqa: E402
+from tests.conftest import until  # noqa: E402
 from tests.served_model_server import ServedModelTestServer  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.loop import run_loop
@@ -67,6 +68,15 @@ async def pushing(model: Path, flavor: str, mode: str, transfer: str | None
             await client.close()
 
 
+async def in_flight_at(server: ServedModelTestServer, n: int, mode: str) -> None:
+    """Before a push: abort's ``n`` requests all generating at the server (a request still on its way when the
+    server pauses is not aborted: under load, a fixed 0.1 s let one of four through); wait's, a moment to leave."""
+    if mode == "abort":
+        assert await until(lambda: server.generating == n, timeout_s=60), server.generating
+    else:
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize(("flavor", "mode", "transfer"), PUSHES)
 async def test_push_changes_the_served_weights_and_labels_every_reply(models: tuple[Path, Path], flavor: str,
@@ -80,7 +90,7 @@ async def test_push_changes_the_served_weights_and_labels_every_reply(models: tu
         # push began.
         server.generation_delay_s = 5.0 if mode == "abort" else 0.3
         in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(1, 5)]
-        await asyncio.sleep(0.1)
+        await in_flight_at(server, 4, mode)
         report = await sync.push(second, 1)
         server.generation_delay_s = 0.0
         replies = await asyncio.gather(*in_flight)
@@ -109,7 +119,7 @@ async def test_a_failed_push_leaves_the_server_resumed_and_records_nothing_under
     async with pushing(first, flavor, mode, transfer) as (server, client, sync):
         server.generation_delay_s = 5.0 if mode == "abort" else 0.3
         in_flight = [asyncio.ensure_future(client.generate(chat(i))) for i in range(3)]
-        await asyncio.sleep(0.1)
+        await in_flight_at(server, 3, mode)
         with pytest.raises(PolicyError, match="weight push") as failure:
             await sync.push(corrupt, 1)
         server.generation_delay_s = 0.0
