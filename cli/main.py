@@ -36,6 +36,7 @@ from cli.options import (
 )
 from cli.progress import show_progress, summary_table
 from cli.serve import serve as serve_cmd
+from cli.serving import require_chromium
 from cli.tasks import tasks as tasks_group
 from cli.workers import workers_cmd
 from engine.agent.model_api import LOGPROBS_KINDS, SamplingParams
@@ -260,8 +261,7 @@ def run_cmd(**opts: Any) -> None:
         agent.templates()  # a broken template file fails here, before anything starts
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    if not Path(o.chromium).exists():
-        raise click.ClickException(f"Chromium not found at {o.chromium} (apt-get install chromium)")
+    require_chromium(o.chromium)
     # Validate the tasks before anything starts.
     miniwob = is_miniwob_spec(o.tasks_path)
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,7 +12,7 @@ from rich.console import Console
 from browserpool.config import WorkerConfig
 from cli.console_streams import keep_going_without_a_console
 from cli.options import field_default, net_policy_options, net_settings
-from cli.serving import api_key_from, serve_until_signal
+from cli.serving import api_key_from, require_chromium, serve_until_signal
 from engine.clients.runner import load_task_source
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
@@ -65,8 +64,7 @@ def openenv(ctx: click.Context, **opts: Any) -> None:
     """Serve the engine's browsers as an OpenEnv environment, for trainers that take OpenEnv environments."""
     keep_going_without_a_console()
     console = Console(stderr=True)
-    if not Path(opts["chromium"]).exists():
-        raise click.ClickException(f"Chromium not found at {opts['chromium']} (apt-get install chromium)")
+    require_chromium(opts["chromium"])
     key_env = opts["api_key_env"]
     api_key = api_key_from(ctx, key_env)
     if api_key is None and not is_loopback(opts["host"]):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,7 +19,7 @@ from cli.options import (
     traffic_options,
     worker_socket_options,
 )
-from cli.serving import api_key_from, serve_until_signal
+from cli.serving import api_key_from, require_chromium, serve_until_signal
 from engine.core.config import RunConfig
 from engine.core.core import EngineCore
 from engine.web.local_only import is_loopback
@@ -68,8 +67,7 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     """Serve browsers over the Omniboxes HTTP API, for WebGym's and AsyncWebRL's rollout clients."""
     keep_going_without_a_console()
     console = Console(stderr=True)
-    if not Path(opts["chromium"]).exists():
-        raise click.ClickException(f"Chromium not found at {opts['chromium']} (apt-get install chromium)")
+    require_chromium(opts["chromium"])
     key_env = opts["api_key_env"]
     api_key = api_key_from(ctx, key_env)
     if api_key is None and not is_loopback(opts["host"]):

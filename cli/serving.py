@@ -1,10 +1,11 @@
-"""What the server commands (``serve``, ``openenv``) share: their key, and running until a signal."""
+"""What the server commands (``serve``, ``openenv``) share: their browser, their key, and running until a signal."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +15,12 @@ from rich.console import Console
 from cli.open_files import raise_open_file_limit
 from engine.core.gc_tuning import tune_for_engine_process
 from engine.core.shutdown import Terminated, until_signal
+
+
+def require_chromium(path: str) -> None:
+    """A usage error when the workers' Chromium is not at ``path``."""
+    if not Path(path).exists():
+        raise click.ClickException(f"Chromium not found at {path} (apt-get install chromium)")
 
 
 def api_key_from(ctx: click.Context, key_env: str) -> str | None:
