@@ -133,11 +133,11 @@ class OpenEnvServer:
             alive.listening_since = loop.time()
             try:
                 msg = await ws.receive(timeout=max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                await session.end(RecordErrorKind.CLIENT_IDLE,
-                                  f"the client sent nothing for {self.cfg.idle_timeout_s:g} s")
+            except TimeoutError:  # told first: ending the episode (its record written) may take a while
                 await self._send(ws, error_frame(ErrorCode.SESSION_ERROR, f"the session was idle for "
                                                  f"{self.cfg.idle_timeout_s:g} s and is closed"))
+                await session.end(RecordErrorKind.CLIENT_IDLE,
+                                  f"the client sent nothing for {self.cfg.idle_timeout_s:g} s")
                 return
             alive.listening_since = None
             if msg.type is WSMsgType.PING:
